@@ -1,0 +1,238 @@
+#include "common/causal_transformer.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/dropout.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/errors.h"
+
+namespace kvrl {
+namespace {
+
+void require_positive(const char* name, int64_t value) {
+  if (value <= 0) {
+    throw InvalidArgumentError(std::string(name) + " (" + std::to_string(value) +
+                               ") must be a positive integer.");
+  }
+}
+
+}  // namespace
+
+void CausalTransformerOptions::validate() const {
+  require_positive("input_size", input_size);
+  require_positive("hidden_size", hidden_size);
+  require_positive("num_layers", num_layers);
+  require_positive("num_heads", num_heads);
+  require_positive("max_seq_len", max_seq_len);
+  if (hidden_size % num_heads != 0) {
+    throw InvalidArgumentError("hidden_size (" + std::to_string(hidden_size) +
+                               ") must be divisible by num_heads (" +
+                               std::to_string(num_heads) + ").");
+  }
+  if (dim_feedforward) require_positive("dim_feedforward", *dim_feedforward);
+  if (!(dropout >= 0.0 && dropout < 1.0)) {
+    throw InvalidArgumentError("dropout (" + std::to_string(dropout) +
+                               ") must be in [0, 1).");
+  }
+}
+
+TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_heads,
+                                           int64_t dim_feedforward, double dropout)
+    : num_heads_(num_heads), head_dim_(hidden_size / num_heads) {
+  norm1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden_size})));
+  qkv_ = register_module(
+      "qkv", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, 3 * hidden_size).bias(false)));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(hidden_size, hidden_size));
+  norm2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden_size})));
+  mlp_ = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(hidden_size, dim_feedforward),
+                                                      torch::nn::GELU(),
+                                                      torch::nn::Linear(dim_feedforward, hidden_size),
+                                                      torch::nn::Dropout(dropout)));
+}
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask) {
+  const int64_t batch = h.size(0);
+  const int64_t t = h.size(1);
+  auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
+  auto heads = [&](const at::Tensor& x) {
+    return x.view({batch, t, num_heads_, head_dim_}).transpose(1, 2);
+  };
+  at::Tensor attention =
+      at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), attn_mask);
+  return attend(h, attention);
+}
+
+at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
+                                                at::Tensor& layer_keys, at::Tensor& layer_values,
+                                                const at::Tensor& batch_index,
+                                                const at::Tensor& positions, int64_t context) {
+  const int64_t batch = h.size(0);
+  auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
+  // One step per stream: [B, 1, hidden] -> [B, heads, head_dim] for the cache write.
+  auto step_heads = [&](const at::Tensor& x) { return x.view({batch, num_heads_, head_dim_}); };
+  const at::Tensor q = qkv[0].view({batch, 1, num_heads_, head_dim_}).transpose(1, 2);
+  using at::indexing::Slice;
+  layer_keys.index_put_({batch_index, Slice(), positions},
+                        step_heads(qkv[1]).detach().to(layer_keys.scalar_type()));
+  layer_values.index_put_({batch_index, Slice(), positions},
+                          step_heads(qkv[2]).detach().to(layer_values.scalar_type()));
+  // Slots past `context` are masked out for every stream, so leaving them out of the
+  // attention changes no output and makes the step cost follow the context in use.
+  const at::Tensor keys = layer_keys.narrow(/*dim=*/2, 0, context).to(q.scalar_type());
+  const at::Tensor values = layer_values.narrow(/*dim=*/2, 0, context).to(q.scalar_type());
+  return attend(h, at::scaled_dot_product_attention(q, keys, values, attn_mask));
+}
+
+at::Tensor TransformerBlockImpl::attend(const at::Tensor& h, const at::Tensor& attention) {
+  at::Tensor out = h + out_proj_->forward(attention.transpose(1, 2).flatten(-2));
+  return out + mlp_->forward(norm2_->forward(out));
+}
+
+CausalTransformer::CausalTransformer(const CausalTransformerOptions& options,
+                                     std::optional<c10::Device> device)
+    : options_(options) {
+  options_.validate();
+  in_proj_ = register_module("in_proj", torch::nn::Linear(options_.input_size, options_.hidden_size));
+  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(options_.max_seq_len, options_.hidden_size));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options_.num_layers; ++i) {
+    TransformerBlock block(options_.hidden_size, options_.num_heads, options_.feedforward_size(),
+                           options_.dropout);
+    blocks_->push_back(block);
+    block_list_.push_back(block);
+  }
+  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options_.hidden_size})));
+  if (device) to(*device);
+}
+
+int64_t CausalTransformer::check_positions(const at::Tensor& positions) const {
+  // One host sync per call, as in the reference; the cached step reuses the value to
+  // size its attention.
+  const int64_t max_position = positions.max().item<int64_t>();
+  if (max_position >= options_.max_seq_len) {
+    throw SequenceTooLongError("Episode length exceeded max_seq_len=" +
+                               std::to_string(options_.max_seq_len) +
+                               ". Increase max_seq_len or truncate episodes; sliding-window "
+                               "attention is not implemented.");
+  }
+  return max_position;
+}
+
+BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::Tensor& positions,
+                                          const std::optional<at::Tensor>& mask,
+                                          std::shared_ptr<KvCache> kv_cache) {
+  if (features.dim() != 3 || features.size(-1) != options_.input_size) {
+    throw InvalidArgumentError("features must have shape [B, T, input_size=" +
+                               std::to_string(options_.input_size) + "], got " +
+                               c10::str(features.sizes()) + ".");
+  }
+  if (positions.sizes() != features.sizes().slice(0, 2)) {
+    throw InvalidArgumentError("positions must have shape [B, T] = " +
+                               c10::str(features.sizes().slice(0, 2)) + ", got " +
+                               c10::str(positions.sizes()) + ".");
+  }
+  const int64_t max_position = check_positions(positions);
+  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
+  if (!kv_cache) {
+    const int64_t t = features.size(1);
+    at::Tensor window_mask =
+        mask ? *mask
+             : at::ones({t, t}, features.options().dtype(at::kBool)).tril().expand({features.size(0), t, t});
+    const at::Tensor attn_mask = window_mask.unsqueeze(-3);
+    for (auto& block : block_list_) h = block->forward(h, attn_mask);
+    return {norm_->forward(h), nullptr};
+  }
+  if (features.size(1) != 1) {
+    throw InvalidArgumentError("The cached-step path expects a single step (T==1), got T=" +
+                               std::to_string(features.size(1)) +
+                               ". Pass kv_cache=None to process a window.");
+  }
+  auto* cache = dynamic_cast<CausalTransformerKvCache*>(kv_cache.get());
+  if (cache == nullptr) {
+    throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
+  }
+  if (cache->keys.size(0) != features.size(0)) {
+    throw InvalidArgumentError("kv_cache holds " + std::to_string(cache->keys.size(0)) +
+                               " streams but the batch has " + std::to_string(features.size(0)) +
+                               ".");
+  }
+  BackboneOutput out = forward_cached_step(std::move(h), positions.squeeze(-1), max_position, *cache);
+  out.kv_cache = std::move(kv_cache);
+  return out;
+}
+
+BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Tensor& positions,
+                                                      int64_t max_position,
+                                                      CausalTransformerKvCache& cache) {
+  const int64_t context = max_position + 1;
+  cache.high_water = std::max(cache.high_water, context);
+  const at::Tensor valid = at::arange(context, positions.options()) <= positions.view({-1, 1});
+  const at::Tensor attn_mask = valid.view({-1, 1, 1, context});
+  const at::Tensor batch_index = at::arange(h.size(0), positions.options());
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    at::Tensor layer_keys = cache.keys.select(1, layer);
+    at::Tensor layer_values = cache.values.select(1, layer);
+    h = block_list_[layer]->forward_cached(h, attn_mask, layer_keys, layer_values, batch_index,
+                                           positions, context);
+  }
+  return {norm_->forward(h), nullptr};
+}
+
+std::shared_ptr<KvCache> CausalTransformer::new_kv_cache(int64_t batch_size,
+                                                         std::optional<c10::Device> device,
+                                                         std::optional<c10::ScalarType> dtype) {
+  require_positive("batch_size", batch_size);
+  const at::Tensor& weight = block_list_.front()->named_parameters()["qkv.weight"];
+  auto tensor_options = weight.options()
+                            .device(device.value_or(weight.device()))
+                            .dtype(dtype.value_or(weight.scalar_type()))
+                            .requires_grad(false);
+  auto cache = std::make_shared<CausalTransformerKvCache>();
+  const std::vector<int64_t> shape{batch_size, num_layers(), num_heads(), max_seq_len(), head_dim()};
+  cache->keys = at::zeros(shape, tensor_options);
+  cache->values = at::zeros(shape, tensor_options);
+  return cache;
+}
+
+std::shared_ptr<KvCache> CausalTransformer::reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
+                                                           const at::Tensor& mask) {
+  auto* cache = dynamic_cast<CausalTransformerKvCache*>(kv_cache.get());
+  if (cache == nullptr) {
+    throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
+  }
+  if (mask.scalar_type() != at::kBool || mask.numel() != cache->keys.size(0)) {
+    throw InvalidArgumentError("reset mask must be a bool tensor of " +
+                               std::to_string(cache->keys.size(0)) + " elements, got " +
+                               c10::str(mask.scalar_type(), mask.sizes()) + ".");
+  }
+  if (cache->high_water == 0) return kv_cache;  // nothing written yet: already zero
+  const at::Tensor rows = mask.reshape(-1).nonzero().squeeze(-1);
+  if (rows.numel() > 0) {
+    // Slots at or past high_water were never written, so zeroing the prefix clears the row.
+    cache->keys.narrow(/*dim=*/3, 0, cache->high_water).index_fill_(0, rows, 0);
+    cache->values.narrow(/*dim=*/3, 0, cache->high_water).index_fill_(0, rows, 0);
+  }
+  return kv_cache;
+}
+
+std::shared_ptr<torch::nn::Module> CausalTransformer::clone(
+    const std::optional<torch::Device>& device) const {
+  const at::Tensor& weight = block_list_.front()->named_parameters()["qkv.weight"];
+  auto copy = std::make_shared<CausalTransformer>(options_);
+  copy->to(device.value_or(weight.device()), weight.scalar_type());
+  copy->train(is_training());
+  torch::NoGradGuard no_grad;
+  auto source = named_parameters();
+  for (auto& item : copy->named_parameters()) item.value().copy_(source[item.key()]);
+  auto source_buffers = named_buffers();
+  for (auto& item : copy->named_buffers()) item.value().copy_(source_buffers[item.key()]);
+  return copy;
+}
+
+}  // namespace kvrl

@@ -1,0 +1,107 @@
+// TransformerModule: turns a causal transformer backbone into a temporal policy module,
+// the C++ port of the reference's TensorDict module. Actors call step() once per env
+// step; the module owns the key/value cache, keyed by batch position (one stream per
+// environment), clears rows where is_init is set, and starts afresh when the batch,
+// device, autocast dtype or parameters change. Learners call window() on [B, T] windows
+// that start at episode starts, under a block-diagonal causal mask built from is_init.
+//
+// Not thread-safe: one module instance per actor thread, as in the reference.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/backbone.h"
+
+namespace kvrl {
+
+struct TransformerModuleOptions {
+  // Size arguments build a CausalTransformer; leave them unset when passing a backbone.
+  std::optional<int64_t> input_size;       // number of input features
+  std::optional<int64_t> hidden_size;      // residual stream width
+  int64_t num_layers = 1;                  // number of transformer blocks
+  std::optional<int64_t> num_heads;        // attention heads; required without a backbone
+  std::optional<int64_t> max_seq_len;      // longest episode; required without a backbone
+  std::optional<int64_t> dim_feedforward;  // per-block MLP width; default 4 * hidden_size
+  double dropout = 0.0;                    // dropout probability in the block MLPs
+  bool default_recurrent_mode = false;     // path of forward() outside a RecurrentModeGuard
+  bool validate_windows = true;            // window() checks every row starts with is_init
+};
+
+// Selects the path of TransformerModule::forward() on this thread for its lifetime,
+// like the reference's set_recurrent_mode context manager: true = window, false = step.
+// Guards nest; the previous mode is restored on destruction.
+class RecurrentModeGuard {
+ public:
+  explicit RecurrentModeGuard(bool recurrent_mode);
+  ~RecurrentModeGuard();
+  RecurrentModeGuard(const RecurrentModeGuard&) = delete;
+  RecurrentModeGuard& operator=(const RecurrentModeGuard&) = delete;
+
+  // The innermost guard's mode on this thread, or nullopt outside any guard.
+  static std::optional<bool> current();
+
+ private:
+  std::optional<bool> previous_;
+};
+
+class TransformerModule : public torch::nn::Module {
+ public:
+  // Builds a CausalTransformer from the size options, on `device` when given.
+  // Throws InvalidArgumentError when a size is missing or invalid.
+  explicit TransformerModule(const TransformerModuleOptions& options,
+                             std::optional<c10::Device> device = std::nullopt);
+  // Wraps a pre-built backbone. Throws InvalidArgumentError when size options are also
+  // set, the backbone is null, or its shape attributes are not positive.
+  TransformerModule(std::shared_ptr<Backbone> backbone, const TransformerModuleOptions& options);
+
+  // Dispatches to window() or step() by the current recurrent mode.
+  at::Tensor forward(const at::Tensor& value, const at::Tensor& is_init);
+
+  // Cached-step path, without gradients. value [*batch, F], is_init [*batch] or
+  // [*batch, 1] (bool); the batch is flattened to streams. Returns [*batch, hidden].
+  // Throws InvalidArgumentError on bad shapes, SequenceTooLongError past max_seq_len.
+  at::Tensor step(const at::Tensor& value, const at::Tensor& is_init);
+
+  // Window path, with gradients. value [*batch, T, F] with at least the T dim,
+  // is_init [*batch, T] or [*batch, T, 1]. Returns [*batch, T, hidden]. Throws
+  // InvalidArgumentError when validate_windows is set and a row does not start an episode.
+  at::Tensor window(const at::Tensor& value, const at::Tensor& is_init);
+
+  // Releases the cache and the per-stream positions; the next step starts afresh.
+  void reset_cache();
+  // Discards the cache after new weights were applied, so no stream attends to keys and
+  // values computed with the previous weights.
+  void mark_weight_update();
+
+  bool recurrent_mode() const;
+  bool has_cache() const { return kv_cache_ != nullptr; }
+  // Per-stream position of the next step, or an undefined tensor without a cache.
+  const at::Tensor& stream_positions() const { return positions_; }
+  Backbone& transformer() { return *backbone_; }
+  const Backbone& transformer() const { return *backbone_; }
+  const TransformerModuleOptions& options() const { return options_; }
+
+  // A deep copy with the same parameters and an empty cache.
+  std::shared_ptr<torch::nn::Module> clone(
+      const std::optional<torch::Device>& device = std::nullopt) const override;
+
+ private:
+  using WeightsVersion = std::vector<std::pair<const void*, int64_t>>;
+  WeightsVersion current_weights_version() const;
+  // Allocates a fresh cache when none fits this batch; returns whether it did.
+  bool ensure_fresh_state(const at::Tensor& value);
+
+  TransformerModuleOptions options_;
+  std::shared_ptr<Backbone> backbone_;
+  std::shared_ptr<KvCache> kv_cache_;
+  at::Tensor positions_;
+  std::optional<c10::ScalarType> cache_dtype_;
+  WeightsVersion weights_version_;
+};
+
+}  // namespace kvrl

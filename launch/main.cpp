@@ -1,0 +1,47 @@
+// The kvrl executable: dispatches to one subcommand per job.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "launch/transformer_eval_command.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kvrl <command> [args]\n"
+    "commands:\n"
+    "  transformer-eval IN.pt OUT.pt   run the transformer core on a torch.save'd input\n"
+    "  help                            show this message\n";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "kvrl: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage_error("no command given");
+  const std::string& command = args[0];
+  try {
+    if (command == "help" || command == "--help" || command == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (command == "transformer-eval") {
+      if (args.size() != 3) return usage_error("transformer-eval takes IN.pt OUT.pt");
+      kvrl::run_transformer_eval(args[1], args[2]);
+      return 0;
+    }
+    return usage_error("unknown command '" + command + "'");
+  } catch (const kvrl::Error& error) {
+    std::fprintf(stderr, "kvrl %s: error: %s\n", command.c_str(), error.what());
+    return 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "kvrl %s: internal error: %s\n", command.c_str(), error.what());
+    return 3;
+  }
+}

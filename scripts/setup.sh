@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs what kvrl needs to build and test, idempotently, and says what it did.
+#   scripts/setup.sh          build dependencies: Debian packages and the torch wheel
+#   scripts/setup.sh --test   also the Python reference stack used by the tests
+# The torch wheel lives in a venv under $KVRL_CACHE (default ~/.cache/kvrl), outside
+# the checkout, and is reused when present.
+set -euo pipefail
+
+KVRL_CACHE="${KVRL_CACHE:-$HOME/.cache/kvrl}"
+VENV="$KVRL_CACHE/venv"
+# Pinned together. TransformerModule (the reference the tests compare against) is only in
+# torchrl-nightly on PyPI; the 0.14 release does not have it.
+TORCH_VERSION="${KVRL_TORCH_VERSION:-2.15.0}"
+TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==1.4.0" numpy pytest)
+APT_PACKAGES=(openmpi-bin libopenmpi-dev libboost-dev libspdlog-dev libgtest-dev
+              libyaml-cpp-dev cmake g++ python3-venv)
+
+with_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) with_test=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (allowed: --test)" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "[setup] $*"; }
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  mkdir -p "$KVRL_CACHE"; $SUDO apt-get update -qq
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >"$KVRL_CACHE/apt.log" 2>&1; then
+    echo "setup.sh: apt-get could not install: ${missing[*]}" >&2; exit 1
+  fi
+else
+  say "Debian packages present"
+fi
+
+PYTHON="${KVRL_PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating venv $VENV"
+  mkdir -p "$KVRL_CACHE"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+pip_install() {
+  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; then
+    echo "setup.sh: pip could not install: $*" >&2; exit 1
+  fi
+}
+
+have_torch=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+if [ "$have_torch" != "$TORCH_VERSION" ]; then
+  say "installing torch==$TORCH_VERSION into $VENV (large download, once)"
+  pip_install "torch==$TORCH_VERSION"
+else
+  say "torch $have_torch present in $VENV"
+fi
+
+if [ "$with_test" -eq 1 ]; then
+  if ! "$VENV/bin/python" -c 'import torchrl, tensordict, gymnasium; from torchrl.modules import TransformerModule' 2>/dev/null; then
+    say "installing test packages: ${TEST_PACKAGES[*]}"
+    pip_install "torch==$TORCH_VERSION" "${TEST_PACKAGES[@]}"
+  else
+    say "test packages present"
+  fi
+fi
+
+"$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' > "$KVRL_CACHE/torch_prefix"
+say "LibTorch CMake prefix: $(cat "$KVRL_CACHE/torch_prefix")"
