@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what is missing (Debian packages,
+# the torch wheel, the Python reference stack), builds, and runs every test with CTest.
+#   KVRL_BUILD_DIR  build folder (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${KVRL_BUILD_DIR:-build}"
+
+scripts/setup.sh --test
+cmake -S . -B "$build_dir" -DKVRL_BUILD_TESTS=ON -DKVRL_BUILD_BENCH=ON >"$build_dir.configure.log" 2>&1 \
+  || { cat "$build_dir.configure.log"; exit 1; }
+grep -A14 "kvrl .* configuration" "$build_dir.configure.log" || true
+cmake --build "$build_dir" -j2
+ctest --test-dir "$build_dir" --output-on-failure
