@@ -58,6 +58,9 @@ class TransformerModule : public torch::nn::Module {
   // Wraps a pre-built backbone. Throws InvalidArgumentError when size options are also
   // set, the backbone is null, or its shape attributes are not positive.
   TransformerModule(std::shared_ptr<Backbone> backbone, const TransformerModuleOptions& options);
+  // A copy would share the backbone and the cache; clone() is the copy, with an empty cache.
+  TransformerModule(const TransformerModule&) = delete;
+  TransformerModule& operator=(const TransformerModule&) = delete;
 
   // Dispatches to window() or step() by the current recurrent mode.
   at::Tensor forward(const at::Tensor& value, const at::Tensor& is_init);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "launch/transformer_demo_command.h"
 #include "launch/transformer_eval_command.h"
 
 namespace {
@@ -12,6 +13,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: kvrl <command> [args]\n"
     "commands:\n"
+    "  transformer-demo [--envs N] [--steps T] [--seed S]\n"
+    "                                  step streams through the KV cache, then compare with the window path\n"
     "  transformer-eval IN.pt OUT.pt   run the transformer core on a torch.save'd input\n"
     "  help                            show this message\n";
 
@@ -31,6 +34,9 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (command == "transformer-demo") {
+      return kvrl::run_transformer_demo({args.begin() + 1, args.end()});
+    }
     if (command == "transformer-eval") {
       if (args.size() != 3) return usage_error("transformer-eval takes IN.pt OUT.pt");
       kvrl::run_transformer_eval(args[1], args[2]);
@@ -38,7 +44,7 @@ int main(int argc, char** argv) {
     }
     return usage_error("unknown command '" + command + "'");
   } catch (const kvrl::Error& error) {
-    std::fprintf(stderr, "kvrl %s: error: %s\n", command.c_str(), error.what());
+    std::fprintf(stderr, "kvrl: error: %s\n", error.what());
     return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kvrl %s: internal error: %s\n", command.c_str(), error.what());

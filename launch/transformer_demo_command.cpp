@@ -1,0 +1,107 @@
+#include "launch/transformer_demo_command.h"
+
+#include <ATen/ops/stack.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "common/errors.h"
+#include "common/transformer_module.h"
+
+namespace kvrl {
+namespace {
+
+struct DemoArgs {
+  int64_t envs = 16;    // concurrent streams
+  int64_t steps = 200;  // steps per stream, at most max_seq_len
+  int64_t seed = 0;
+};
+
+DemoArgs parse_demo_args(const std::vector<std::string>& args) {
+  DemoArgs parsed;
+  std::map<std::string, std::pair<int64_t*, int64_t>> flags{
+      {"--envs", {&parsed.envs, 1}}, {"--steps", {&parsed.steps, 1}}, {"--seed", {&parsed.seed, 0}}};
+  for (size_t i = 0; i < args.size(); i += 2) {
+    auto flag = flags.find(args[i]);
+    if (flag == flags.end()) {
+      throw InvalidArgumentError("transformer-demo: unknown argument '" + args[i] +
+                                 "' (allowed: --envs N, --steps T, --seed S)");
+    }
+    if (i + 1 >= args.size()) throw InvalidArgumentError("transformer-demo: " + args[i] + " needs a value");
+    int64_t value = 0;
+    size_t used = 0;
+    try {
+      value = std::stoll(args[i + 1], &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != args[i + 1].size() || value < flag->second.second) {
+      throw InvalidArgumentError("transformer-demo: " + args[i] + " (" + args[i + 1] +
+                                 ") must be an integer >= " + std::to_string(flag->second.second));
+    }
+    *flag->second.first = value;
+  }
+  return parsed;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int run_transformer_demo(const std::vector<std::string>& args) {
+  const DemoArgs demo = parse_demo_args(args);
+  TransformerModuleOptions options;
+  options.input_size = 8;
+  options.hidden_size = 64;
+  options.num_layers = 2;
+  options.num_heads = 4;
+  options.max_seq_len = 256;
+  if (demo.steps > *options.max_seq_len) {
+    throw InvalidArgumentError("transformer-demo: --steps (" + std::to_string(demo.steps) +
+                               ") exceeds max_seq_len (256): lower --steps");
+  }
+  std::printf("kvrl transformer-demo: %s, %lld streams x %lld steps, hidden 64, 2 layers, 4 heads\n",
+              torch::cuda::is_available() ? "CUDA available (demo runs on CPU)" : "no usable GPU: running on CPU",
+              static_cast<long long>(demo.envs), static_cast<long long>(demo.steps));
+  torch::manual_seed(demo.seed);
+  TransformerModule module(options);
+  module.eval();
+
+  const at::Tensor observations = torch::randn({demo.envs, demo.steps, 8});
+  // Episodes end at random, about every 50 steps; the first step of each stream starts one.
+  at::Tensor is_init = torch::rand({demo.envs, demo.steps}) < 0.02;
+  is_init.select(1, 0).fill_(true);
+
+  std::vector<at::Tensor> step_outputs;
+  const auto step_start = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < demo.steps; ++t) {
+    step_outputs.push_back(module.step(observations.select(1, t), is_init.select(1, t)));
+  }
+  const double step_seconds = seconds_since(step_start);
+  const at::Tensor steps = at::stack(step_outputs, /*dim=*/1);
+
+  const auto window_start = std::chrono::steady_clock::now();
+  at::Tensor window;
+  {
+    torch::NoGradGuard no_grad;
+    window = module.window(observations, is_init);
+  }
+  const double window_seconds = seconds_since(window_start);
+  const double max_difference = (steps - window).abs().max().item<double>();
+  const int64_t episodes = is_init.sum().item<int64_t>();
+
+  std::printf("  cached step : %8.1f env steps/s (%.1f us per batched step)\n",
+              static_cast<double>(demo.envs * demo.steps) / step_seconds, 1e6 * step_seconds / demo.steps);
+  std::printf("  window      : %8.1f tokens/s over [%lld, %lld] holding %lld episode starts\n",
+              static_cast<double>(demo.envs * demo.steps) / window_seconds, static_cast<long long>(demo.envs),
+              static_cast<long long>(demo.steps), static_cast<long long>(episodes));
+  std::printf("  max |step - window| = %.3g (%s)\n", max_difference, max_difference < 1e-4 ? "paths agree" : "MISMATCH");
+  return max_difference < 1e-4 ? 0 : 1;
+}
+
+}  // namespace kvrl
