@@ -46,7 +46,7 @@ TEST_F(StateDictIoTest, RejectsMissingAndUnexpectedKeysAndLeavesTheModuleUnchang
   CausalTransformer module(options_);
   const at::Tensor before = module.named_parameters()["in_proj.weight"].clone();
   auto dict = state_dict_of(module);
-  dict.erase("norm.bias");
+  ASSERT_EQ(dict.erase("norm.bias"), 1u);
   dict.insert("norm.gamma", torch::zeros({8}));
   auto generic = c10::impl::toGenericDict(dict);
   for (auto& item : generic) item.setValue(torch::zeros_like(item.value().toTensor()));
