@@ -54,6 +54,11 @@ set(KVRL_HAVE_CUDA OFF)
 set(KVRL_HAVE_NCCL OFF)
 if(NOT KVRL_WITH_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit)
+  # Link the NCCL that libtorch_cuda uses (the wheel's), so one libnccl serves both;
+  # the system toolkit's headers declare a subset of its API.
+  if(NOT NCCL_LIBRARY AND EXISTS "${_kvrl_site_packages}/nvidia/nccl/lib/libnccl.so.2")
+    set(NCCL_LIBRARY "${_kvrl_site_packages}/nvidia/nccl/lib/libnccl.so.2" CACHE FILEPATH "NCCL library")
+  endif()
   find_package(NCCL)
   if(CUDAToolkit_FOUND AND NCCL_FOUND)
     set(KVRL_HAVE_CUDA ON)

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/accelerator_probe.h"
 #include "common/errors.h"
 #include "launch/transformer_demo_command.h"
 #include "launch/transformer_eval_command.h"
@@ -16,6 +17,7 @@ constexpr const char* kUsage =
     "  transformer-demo [--envs N] [--steps T] [--seed S]\n"
     "                                  step streams through the KV cache, then compare with the window path\n"
     "  transformer-eval IN.pt OUT.pt   run the transformer core on a torch.save'd input\n"
+    "  info                            what this build and machine can run on\n"
     "  help                            show this message\n";
 
 int usage_error(const std::string& message) {
@@ -32,6 +34,10 @@ int main(int argc, char** argv) {
   try {
     if (command == "help" || command == "--help" || command == "-h") {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (command == "info") {
+      std::printf("%s\n", kvrl::probe_accelerators().summary().c_str());
       return 0;
     }
     if (command == "transformer-demo") {

@@ -1,13 +1,13 @@
 #include "launch/transformer_demo_command.h"
 
 #include <ATen/ops/stack.h>
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <map>
 
+#include "common/accelerator_probe.h"
 #include "common/errors.h"
 #include "common/transformer_module.h"
 
@@ -65,8 +65,8 @@ int run_transformer_demo(const std::vector<std::string>& args) {
     throw InvalidArgumentError("transformer-demo: --steps (" + std::to_string(demo.steps) +
                                ") exceeds max_seq_len (256): lower --steps");
   }
-  std::printf("kvrl transformer-demo: %s, %lld streams x %lld steps, hidden 64, 2 layers, 4 heads\n",
-              torch::cuda::is_available() ? "CUDA available (demo runs on CPU)" : "no usable GPU: running on CPU",
+  std::printf("kvrl transformer-demo: %s\n", probe_accelerators().summary().c_str());
+  std::printf("  the demo runs on CPU: %lld streams x %lld steps, hidden 64, 2 layers, 4 heads\n",
               static_cast<long long>(demo.envs), static_cast<long long>(demo.steps));
   torch::manual_seed(demo.seed);
   TransformerModule module(options);
