@@ -1,0 +1,132 @@
+#include "actor/env_registry.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <functional>
+
+#include "actor/classic_control.h"
+#include "actor/env_plugin.h"
+#include "actor/memory_tasks.h"
+#include "common/errors.h"
+
+namespace kvrl {
+namespace {
+
+struct BuiltinEnvironment {
+  EnvOptions defaults;  // every option the environment takes, with its default
+  std::function<std::unique_ptr<Environment>(const EnvOptions&)> make;
+};
+
+int64_t integer_option(const std::string& env, const EnvOptions& options, const std::string& key) {
+  const double value = options.at(key);
+  if (value != std::floor(value)) {
+    throw InvalidArgumentError(env + ": option " + key + " (" + std::to_string(value) + ") must be an integer");
+  }
+  return static_cast<int64_t>(value);
+}
+
+const std::map<std::string, BuiltinEnvironment>& builtins() {
+  static const std::map<std::string, BuiltinEnvironment> table{
+      {"CartPole-v1", {{}, [](const EnvOptions&) { return std::make_unique<CartPole>(); }}},
+      {"Pendulum-v1", {{}, [](const EnvOptions&) { return std::make_unique<Pendulum>(); }}},
+      {"Acrobot-v1", {{}, [](const EnvOptions&) { return std::make_unique<Acrobot>(); }}},
+      {"MountainCar-v0", {{}, [](const EnvOptions&) { return std::make_unique<MountainCar>(); }}},
+      {"StatelessCartPole", {{}, [](const EnvOptions&) { return std::make_unique<StatelessCartPole>(); }}},
+      {"RepeatPrevious",
+       {{{"num_decks", 1}, {"k", 4}},
+        [](const EnvOptions& o) {
+          return std::make_unique<RepeatPrevious>(integer_option("RepeatPrevious", o, "num_decks"),
+                                                  integer_option("RepeatPrevious", o, "k"));
+        }}},
+      {"CueRecallTMaze",
+       {{{"corridor_length", 10}},
+        [](const EnvOptions& o) {
+          return std::make_unique<CueRecallTMaze>(integer_option("CueRecallTMaze", o, "corridor_length"));
+        }}},
+  };
+  return table;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+// Owns the plugin's library for as long as its environment lives, and forwards to it.
+class PluginEnvironment : public Environment {
+ public:
+  PluginEnvironment(std::shared_ptr<void> library, std::unique_ptr<Environment> inner)
+      : library_(std::move(library)), inner_(std::move(inner)) {}
+  ~PluginEnvironment() override { inner_.reset(); }  // before the library goes
+
+  std::string name() const override { return inner_->name(); }
+  const Space& observation_space() const override { return inner_->observation_space(); }
+  const Space& action_space() const override { return inner_->action_space(); }
+  int64_t time_limit() const override { return inner_->time_limit(); }
+  void set_state(std::span<const double> state, std::span<float> observation) override {
+    inner_->set_state(state, observation);
+  }
+
+ protected:
+  void reset_dynamics(uint64_t seed, std::span<float> observation) override { inner_->reset(seed, observation); }
+  StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override {
+    return inner_->step(action, observation);
+  }
+
+ private:
+  std::shared_ptr<void> library_;
+  std::unique_ptr<Environment> inner_;
+};
+
+}  // namespace
+
+std::vector<std::string> builtin_environment_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : builtins()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Environment> make_environment(const std::string& name, const EnvOptions& options) {
+  auto it = builtins().find(name);
+  if (it == builtins().end()) {
+    throw InvalidArgumentError("unknown environment '" + name + "' (built in: " + join(builtin_environment_names()) +
+                               "; or load your own with env.plugin)");
+  }
+  EnvOptions resolved = it->second.defaults;
+  for (const auto& [key, value] : options) {
+    if (!resolved.count(key)) {
+      std::vector<std::string> allowed;
+      for (const auto& [option, _] : it->second.defaults) allowed.push_back(option);
+      throw InvalidArgumentError(name + " has no option '" + key + "' (options: " + join(allowed) + ")");
+    }
+    resolved[key] = value;
+  }
+  return it->second.make(resolved);
+}
+
+std::unique_ptr<Environment> make_plugin_environment(const std::string& path, const EnvOptions& options) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    throw InvalidArgumentError("cannot load environment plugin '" + path + "': " + dlerror());
+  }
+  std::shared_ptr<void> library(handle, [](void* h) { dlclose(h); });
+  using EntryPoint = const EnvPluginInfo* (*)();
+  auto entry = reinterpret_cast<EntryPoint>(dlsym(handle, KVRL_ENV_PLUGIN_ENTRY_POINT));
+  if (entry == nullptr) {
+    throw InvalidArgumentError("environment plugin '" + path + "' has no symbol " KVRL_ENV_PLUGIN_ENTRY_POINT
+                               ": define it with KVRL_ENV_PLUGIN (actor/env_plugin.h)");
+  }
+  const EnvPluginInfo* info = entry();
+  if (info == nullptr || info->abi_version != kEnvPluginAbiVersion) {
+    throw InvalidArgumentError("environment plugin '" + path + "' was built for plugin ABI version " +
+                               std::to_string(info ? info->abi_version : -1) + ", this kvrl needs " +
+                               std::to_string(kEnvPluginAbiVersion) + ": rebuild it against these headers");
+  }
+  std::unique_ptr<Environment> inner(info->create(options));
+  if (!inner) throw InvalidArgumentError("environment plugin '" + path + "' returned no environment");
+  return std::make_unique<PluginEnvironment>(std::move(library), std::move(inner));
+}
+
+}  // namespace kvrl

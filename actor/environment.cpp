@@ -1,0 +1,54 @@
+#include "actor/environment.h"
+
+#include <cmath>
+
+#include "common/errors.h"
+
+namespace kvrl {
+
+void Environment::reset(uint64_t seed, std::span<float> observation) {
+  if (static_cast<int64_t>(observation.size()) != observation_space().flat_size()) {
+    throw InvalidArgumentError(name() + ": observation buffer holds " + std::to_string(observation.size()) +
+                               " floats, the space needs " + std::to_string(observation_space().flat_size()));
+  }
+  reset_dynamics(seed, observation);
+  elapsed_steps_ = 0;
+  in_episode_ = true;
+}
+
+StepResult Environment::step(std::span<const float> action, std::span<float> observation) {
+  if (!in_episode_) {
+    throw InvalidArgumentError(name() + ": step() called outside an episode: call reset() first");
+  }
+  check_action(action);
+  StepResult result = step_dynamics(action, observation);
+  ++elapsed_steps_;
+  if (time_limit() > 0 && elapsed_steps_ >= time_limit()) result.truncated = !result.terminated;
+  if (result.terminated || result.truncated) in_episode_ = false;
+  return result;
+}
+
+void Environment::set_state(std::span<const double>, std::span<float>) {
+  throw InvalidArgumentError(name() + " does not support set_state()");
+}
+
+void Environment::check_action(std::span<const float> action) const {
+  const Space& space = action_space();
+  if (static_cast<int64_t>(action.size()) != space.flat_size()) {
+    throw InvalidArgumentError(name() + ": action has " + std::to_string(action.size()) +
+                               " values, the action space " + space.describe() + " needs " +
+                               std::to_string(space.flat_size()));
+  }
+  if (space.is_discrete()) {
+    const float index = action[0];
+    if (!(index >= 0 && index < static_cast<float>(space.n)) || index != std::floor(index)) {
+      throw InvalidArgumentError(name() + ": action " + std::to_string(index) + " is not in " + space.describe());
+    }
+    return;
+  }
+  for (float value : action) {
+    if (!std::isfinite(value)) throw InvalidArgumentError(name() + ": action holds a non-finite value");
+  }
+}
+
+}  // namespace kvrl

@@ -1,0 +1,109 @@
+#include "launch/env_rollout_command.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
+
+#include <vector>
+
+#include "actor/env_registry.h"
+#include "common/errors.h"
+#include "common/torch_file.h"
+
+namespace kvrl {
+namespace {
+
+at::Tensor floats_to_tensor(const std::vector<float>& values) {
+  return at::from_blob(const_cast<float*>(values.data()), {static_cast<int64_t>(values.size())}, at::kFloat).clone();
+}
+
+EnvOptions parse_options(const c10::impl::GenericDict& input) {
+  EnvOptions options;
+  auto it = input.find("options");
+  if (it == input.end()) return options;
+  if (!it->value().isGenericDict()) throw MalformedInputError("input['options'] must be a dict of numbers");
+  for (const auto& entry : it->value().toGenericDict()) {
+    if (!entry.key().isString() || !(entry.value().isInt() || entry.value().isDouble())) {
+      throw MalformedInputError("input['options'] must map option names to numbers");
+    }
+    options[entry.key().toStringRef()] =
+        entry.value().isInt() ? static_cast<double>(entry.value().toInt()) : entry.value().toDouble();
+  }
+  return options;
+}
+
+at::Tensor required_tensor(const c10::impl::GenericDict& input, const std::string& key, const std::string& expected) {
+  auto it = input.find(key);
+  if (it == input.end()) throw MalformedInputError("input has no key '" + key + "' (expected " + expected + ")");
+  if (!it->value().isTensor()) throw MalformedInputError("input['" + key + "'] must be " + expected);
+  return it->value().toTensor();
+}
+
+}  // namespace
+
+void run_env_rollout(const std::string& in_path, const std::string& out_path) {
+  const c10::IValue root = read_torch_file(in_path);
+  if (!root.isGenericDict()) throw MalformedInputError("'" + in_path + "' must hold a dict");
+  const auto input = root.toGenericDict();
+  auto name = input.find("name");
+  if (name == input.end() || !name->value().isString()) {
+    throw MalformedInputError("input['name'] must be an environment name (a string)");
+  }
+  auto env = make_environment(name->value().toStringRef(), parse_options(input));
+  const int64_t observation_size = env->observation_space().flat_size();
+  const int64_t action_size = env->action_space().flat_size();
+
+  const at::Tensor state = required_tensor(input, "state", "a float64 tensor").to(at::kDouble).contiguous();
+  const at::Tensor actions = required_tensor(input, "actions", "a float tensor [T, action_size]").to(at::kFloat).contiguous();
+  if (actions.dim() != 2 || actions.size(1) != action_size) {
+    throw MalformedInputError("input['actions'] must be [T, " + std::to_string(action_size) + "], got " +
+                              c10::str(actions.sizes()));
+  }
+
+  std::vector<float> observation(observation_size);
+  env->reset(/*seed=*/0, observation);
+  env->set_state({state.data_ptr<double>(), static_cast<size_t>(state.numel())}, observation);
+  const at::Tensor initial = floats_to_tensor(observation);
+
+  // Optional per-step start states: step t starts from states[t], so long horizons can be
+  // compared without chaotic dynamics amplifying last-bit differences in cos and sin.
+  at::Tensor states;
+  if (input.contains("states")) {
+    states = required_tensor(input, "states", "a float64 tensor [T, state_size]").to(at::kDouble).contiguous();
+    if (states.dim() != 2 || states.size(0) < actions.size(0)) {
+      throw MalformedInputError("input['states'] must be [T >= " + std::to_string(actions.size(0)) +
+                                ", state_size], got " + c10::str(states.sizes()));
+    }
+  }
+
+  std::vector<at::Tensor> observations;
+  std::vector<double> rewards;
+  std::vector<bool> terminated, truncated;
+  for (int64_t t = 0; t < actions.size(0); ++t) {
+    if (states.defined()) {
+      std::vector<float> ignored(observation_size);
+      env->set_state({states[t].data_ptr<double>(), static_cast<size_t>(states.size(1))}, ignored);
+    }
+    const float* action = actions.data_ptr<float>() + t * action_size;
+    const StepResult result = env->step({action, static_cast<size_t>(action_size)}, observation);
+    observations.push_back(floats_to_tensor(observation));
+    rewards.push_back(result.reward);
+    terminated.push_back(result.terminated);
+    truncated.push_back(result.truncated);
+    if (result.terminated || result.truncated) break;
+  }
+  auto bools = [](const std::vector<bool>& flags) {
+    std::vector<uint8_t> bytes(flags.begin(), flags.end());
+    return at::tensor(bytes).to(at::kBool);
+  };
+  c10::impl::GenericDict output(c10::StringType::get(), c10::AnyType::get());
+  output.insert("initial_observation", initial);
+  output.insert("observations", observations.empty() ? at::empty({0, observation_size}) : at::stack(observations));
+  output.insert("rewards", at::tensor(rewards, at::kDouble));
+  output.insert("terminated", bools(terminated));
+  output.insert("truncated", bools(truncated));
+  write_torch_file(out_path, output);
+}
+
+}  // namespace kvrl

@@ -1,0 +1,17 @@
+// `kvrl env-rollout IN.pt OUT.pt`: rolls out one kvrl environment from a given state with
+// given actions, so tests can compare it with Gymnasium or POPGym step by step.
+#pragma once
+
+#include <string>
+
+namespace kvrl {
+
+// IN: {"name": str, "options": dict (optional), "state": float64 tensor, "actions":
+// float tensor [T, action_size], "states": optional float64 [T, state_size], the state
+// each step starts from}. OUT: {"initial_observation": [obs], "observations":
+// [T', obs], "rewards": float64 [T'], "terminated": bool [T'], "truncated": bool [T']},
+// stopping after the first step that ends the episode (T' <= T).
+// Throws MalformedInputError / InvalidArgumentError naming the bad key.
+void run_env_rollout(const std::string& in_path, const std::string& out_path);
+
+}  // namespace kvrl
