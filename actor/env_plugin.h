@@ -1,7 +1,9 @@
 // The entry point of a user environment plugin: a shared library that defines, with
 // KVRL_ENV_PLUGIN, a C function returning its EnvPluginInfo. kvrl loads it by path
 // (`env.plugin: path/to/libmyenv.so`) and checks abi_version before calling create().
-// The plugin must be built against the same kvrl headers and C++ standard library.
+// The plugin must be built against the same kvrl headers and C++ standard library; it
+// resolves kvrl symbols (Environment, Space) against the program that loads it, which
+// exports them (ENABLE_EXPORTS), so a plugin links no kvrl library of its own.
 #pragma once
 
 #include "actor/env_registry.h"

@@ -47,14 +47,26 @@ void run_env_rollout(const std::string& in_path, const std::string& out_path) {
   if (!root.isGenericDict()) throw MalformedInputError("'" + in_path + "' must hold a dict");
   const auto input = root.toGenericDict();
   auto name = input.find("name");
-  if (name == input.end() || !name->value().isString()) {
-    throw MalformedInputError("input['name'] must be an environment name (a string)");
+  auto plugin = input.find("plugin");
+  std::unique_ptr<Environment> env;
+  if (plugin != input.end() && plugin->value().isString()) {
+    env = make_plugin_environment(plugin->value().toStringRef(), parse_options(input));
+  } else if (name != input.end() && name->value().isString()) {
+    env = make_environment(name->value().toStringRef(), parse_options(input));
+  } else {
+    throw MalformedInputError("input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
   }
-  auto env = make_environment(name->value().toStringRef(), parse_options(input));
   const int64_t observation_size = env->observation_space().flat_size();
   const int64_t action_size = env->action_space().flat_size();
 
-  const at::Tensor state = required_tensor(input, "state", "a float64 tensor").to(at::kDouble).contiguous();
+  // Without a state the rollout starts from reset(seed): for environments without one.
+  at::Tensor state;
+  if (input.contains("state")) state = required_tensor(input, "state", "a float64 tensor").to(at::kDouble).contiguous();
+  int64_t seed = 0;
+  if (input.contains("seed")) {
+    if (!input.at("seed").isInt()) throw MalformedInputError("input['seed'] must be an int");
+    seed = input.at("seed").toInt();
+  }
   const at::Tensor actions = required_tensor(input, "actions", "a float tensor [T, action_size]").to(at::kFloat).contiguous();
   if (actions.dim() != 2 || actions.size(1) != action_size) {
     throw MalformedInputError("input['actions'] must be [T, " + std::to_string(action_size) + "], got " +
@@ -62,8 +74,8 @@ void run_env_rollout(const std::string& in_path, const std::string& out_path) {
   }
 
   std::vector<float> observation(observation_size);
-  env->reset(/*seed=*/0, observation);
-  env->set_state({state.data_ptr<double>(), static_cast<size_t>(state.numel())}, observation);
+  env->reset(static_cast<uint64_t>(seed), observation);
+  if (state.defined()) env->set_state({state.data_ptr<double>(), static_cast<size_t>(state.numel())}, observation);
   const at::Tensor initial = floats_to_tensor(observation);
 
   // Optional per-step start states: step t starts from states[t], so long horizons can be

@@ -6,7 +6,8 @@
 
 namespace kvrl {
 
-// IN: {"name": str, "options": dict (optional), "state": float64 tensor, "actions":
+// IN: {"name": str or "plugin": path, "options": dict (optional), "state": float64 tensor (optional;
+// without it the episode starts from reset("seed", default 0)), "actions":
 // float tensor [T, action_size], "states": optional float64 [T, state_size], the state
 // each step starts from}. OUT: {"initial_observation": [obs], "observations":
 // [T', obs], "rewards": float64 [T'], "terminated": bool [T'], "truncated": bool [T']},

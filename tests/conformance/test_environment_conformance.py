@@ -154,3 +154,15 @@ def test_an_action_outside_the_space_is_an_error(kvrl_bin, tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "action 2.000000 is not in discrete(2)" in result.stderr
+
+
+def test_kvrl_loads_the_example_plugin(kvrl_bin, tmp_path):
+    import os
+
+    plugin = os.environ["KVRL_EXAMPLE_PLUGIN"]
+    torch.save({"plugin": plugin, "options": {"best_arm": 1}, "actions": torch.tensor([[1.0], [0.0], [1.0]])},
+               tmp_path / "in.pt")
+    result = subprocess.run([kvrl_bin, "env-rollout", str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert torch.load(tmp_path / "out.pt", weights_only=True)["rewards"].tolist() == [1.0, 0.0, 1.0]
