@@ -32,4 +32,28 @@ class MalformedInputError : public Error {
   using Error::Error;
 };
 
+// A message from another rank failed validation; the receiver drops and counts it.
+class MalformedMessageError : public Error {
+ public:
+  enum class Reason { kTruncated, kChecksum, kHeader, kSpec, kContent };
+  MalformedMessageError(Reason reason, const std::string& what) : Error(what), reason_(reason) {}
+  Reason reason() const { return reason_; }
+  // "truncated", "checksum", "header", "spec" or "content": the counter's name.
+  static const char* reason_name(Reason reason);
+
+ private:
+  Reason reason_;
+};
+
+inline const char* MalformedMessageError::reason_name(Reason reason) {
+  switch (reason) {
+    case Reason::kTruncated: return "truncated";
+    case Reason::kChecksum: return "checksum";
+    case Reason::kHeader: return "header";
+    case Reason::kSpec: return "spec";
+    case Reason::kContent: return "content";
+  }
+  return "unknown";
+}
+
 }  // namespace kvrl

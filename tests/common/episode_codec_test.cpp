@@ -1,0 +1,140 @@
+#include "common/episode_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "common/crc32.h"
+#include "common/errors.h"
+
+namespace kvrl {
+namespace {
+
+using Reason = MalformedMessageError::Reason;
+
+class EpisodeCodecTest : public ::testing::Test {
+ protected:
+  void SetUp() override { rng_.seed(42); }
+
+  Episode make_episode(int64_t length, bool truncated = false) {
+    std::normal_distribution<float> normal;
+    Episode e;
+    e.actor_rank = 3;
+    e.episode_id = 17;
+    e.observation_size = 4;
+    e.action_size = 1;
+    for (int64_t t = 0; t < length; ++t) {
+      for (int i = 0; i < 4; ++i) e.observations.push_back(normal(rng_));
+      e.actions.push_back(static_cast<float>(t % 2));
+      e.rewards.push_back(1.0f);
+      e.terminated.push_back(!truncated && t == length - 1);
+      e.truncated.push_back(truncated && t == length - 1);
+      e.is_init.push_back(t == 0);
+      e.behaviour_log_probs.push_back(-0.69f);
+      e.values.push_back(normal(rng_));
+      e.policy_versions.push_back(5 + t / 4);
+    }
+    e.final_observation = {0.1f, 0.2f, 0.3f, 0.4f};
+    return e;
+  }
+
+  static Reason reason_of(const EpisodeCodec& codec, std::span<const uint8_t> message) {
+    try {
+      codec.decode(message);
+    } catch (const MalformedMessageError& error) {
+      return error.reason();
+    }
+    ADD_FAILURE() << "the message decoded";
+    return Reason::kContent;
+  }
+
+  std::mt19937 rng_;
+  EpisodeCodec codec_{{/*observation_size=*/4, /*action_size=*/1, /*max_length=*/500}};
+};
+
+TEST(Crc32, MatchesTheStandardCheckValue) {
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(crc32("56789", 5, crc32("1234", 4)), 0xCBF43926u);
+}
+
+TEST_F(EpisodeCodecTest, RoundTripsEveryField) {
+  const Episode e = make_episode(/*length=*/9, /*truncated=*/true);
+  const Episode back = codec_.decode(codec_.encode(e));
+  EXPECT_EQ(back.actor_rank, 3);
+  EXPECT_EQ(back.episode_id, 17u);
+  EXPECT_EQ(back.observations, e.observations);
+  EXPECT_EQ(back.actions, e.actions);
+  EXPECT_EQ(back.rewards, e.rewards);
+  EXPECT_EQ(back.terminated, e.terminated);
+  EXPECT_EQ(back.truncated, e.truncated);
+  EXPECT_EQ(back.is_init, e.is_init);
+  EXPECT_EQ(back.behaviour_log_probs, e.behaviour_log_probs);
+  EXPECT_EQ(back.values, e.values);
+  EXPECT_EQ(back.policy_versions, e.policy_versions);
+  EXPECT_EQ(back.final_observation, e.final_observation);
+}
+
+TEST_F(EpisodeCodecTest, RejectsTruncatedMessagesAtEveryLength) {
+  const auto message = codec_.encode(make_episode(5));
+  for (size_t size = 0; size < message.size(); ++size) {
+    const Reason reason = reason_of(codec_, std::span(message.data(), size));
+    EXPECT_TRUE(reason == Reason::kTruncated || reason == Reason::kChecksum) << size;
+  }
+}
+
+TEST_F(EpisodeCodecTest, RejectsOversizedMessages) {
+  auto message = codec_.encode(make_episode(5));
+  message.insert(message.end() - 4, 8, 0);
+  EXPECT_EQ(reason_of(codec_, message), Reason::kChecksum);
+}
+
+TEST_F(EpisodeCodecTest, RejectsEveryBitFlip) {
+  const auto message = codec_.encode(make_episode(3));
+  for (size_t bit = 0; bit < message.size() * 8; ++bit) {
+    auto flipped = message;
+    flipped[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    EXPECT_THROW(codec_.decode(flipped), MalformedMessageError) << "bit " << bit;
+  }
+}
+
+TEST_F(EpisodeCodecTest, RejectsAnotherSpec) {
+  const auto message = codec_.encode(make_episode(5));
+  const EpisodeCodec wide({/*observation_size=*/6, /*action_size=*/1, /*max_length=*/500});
+  EXPECT_EQ(reason_of(wide, message), Reason::kSpec);
+  const EpisodeCodec short_episodes({4, 1, /*max_length=*/4});
+  EXPECT_EQ(reason_of(short_episodes, message), Reason::kSpec);
+}
+
+TEST_F(EpisodeCodecTest, RejectsBadContentEvenWithAValidChecksum) {
+  auto message = codec_.encode(make_episode(5));
+  // The reward field starts after the header (32), the field table (160), observations
+  // (5 * 4 * 4) and actions (5 * 4): make the first reward NaN and re-seal the message.
+  const size_t reward_offset = 32 + 160 + 80 + 20;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(message.data() + reward_offset, &nan, sizeof(nan));
+  const uint32_t crc = crc32(message.data(), message.size() - 4);
+  std::memcpy(message.data() + message.size() - 4, &crc, sizeof(crc));
+  try {
+    codec_.decode(message);
+    FAIL();
+  } catch (const MalformedMessageError& error) {
+    EXPECT_EQ(error.reason(), Reason::kContent);
+    EXPECT_NE(std::string(error.what()).find("not finite"), std::string::npos);
+  }
+}
+
+TEST_F(EpisodeCodecTest, EncoderRefusesIncompleteEpisodes) {
+  Episode unfinished = make_episode(5);
+  unfinished.terminated.back() = 0;
+  EXPECT_THROW(codec_.encode(unfinished), InvalidArgumentError);
+  Episode reset_inside = make_episode(5);
+  reset_inside.is_init[2] = 1;
+  EXPECT_THROW(codec_.encode(reset_inside), InvalidArgumentError);
+  Episode ragged = make_episode(5);
+  ragged.values.pop_back();
+  EXPECT_THROW(codec_.encode(ragged), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace kvrl
