@@ -1,0 +1,180 @@
+#include "learner/learner.h"
+
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/utils/clip_grad.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/errors.h"
+#include "learner/returns.h"
+#include "learner/window_batch.h"
+
+namespace kvrl {
+namespace {
+
+void validate(const LearnerOptions& o) {
+  auto fail = [](const std::string& message) { throw InvalidArgumentError("learner." + message); };
+  if (o.algorithm != "ppo" && o.algorithm != "vtrace") fail("algorithm (" + o.algorithm + ") must be ppo or vtrace");
+  if (o.lr_schedule != "constant" && o.lr_schedule != "linear") {
+    fail("lr_schedule (" + o.lr_schedule + ") must be constant or linear");
+  }
+  if (!(o.learning_rate > 0)) fail("learning_rate must be > 0");
+  if (!(o.gamma >= 0 && o.gamma <= 1)) fail("gamma must be in [0, 1]");
+  if (!(o.gae_lambda >= 0 && o.gae_lambda <= 1)) fail("gae_lambda must be in [0, 1]");
+  if (!(o.clip_epsilon > 0)) fail("clip_epsilon must be > 0");
+  if (o.epochs < 1) fail("epochs must be >= 1");
+  if (o.max_grad_norm < 0 || o.value_clip < 0) fail("max_grad_norm and value_clip must be >= 0");
+  if (!(o.rho_bar > 0 && o.c_bar > 0)) fail("rho_bar and c_bar must be > 0");
+}
+
+// Mean of `values` over the true entries of `mask`.
+at::Tensor masked_mean(const at::Tensor& values, const at::Tensor& mask) {
+  return values.masked_select(mask).mean();
+}
+
+std::vector<at::Tensor> parameter_list(ActorCritic& model) { return model.parameters(); }
+
+}  // namespace
+
+Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std::shared_ptr<Communicator> communicator)
+    : model_(std::move(model)),
+      options_(std::move(options)),
+      communicator_(std::move(communicator)),
+      optimizer_(parameter_list(*model_), torch::optim::AdamOptions(options_.learning_rate).eps(1e-5)) {
+  validate(options_);
+}
+
+void Learner::synchronize_parameters() {
+  std::vector<at::Tensor> parameters = model_->parameters();
+  torch::NoGradGuard no_grad;
+  communicator_->broadcast(parameters, /*root=*/0);
+}
+
+double Learner::step_optimizer(const at::Tensor& loss) {
+  optimizer_.zero_grad();
+  loss.backward();
+  std::vector<at::Tensor> grads;
+  for (auto& parameter : model_->parameters()) {
+    if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
+    grads.push_back(parameter.grad());
+  }
+  communicator_->all_reduce_mean(grads);
+  double norm = 0;
+  if (options_.max_grad_norm > 0) {
+    norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
+  }
+  double rate = options_.learning_rate;
+  if (options_.lr_schedule == "linear" && options_.planned_updates > 0) {
+    rate *= std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
+  }
+  for (auto& group : optimizer_.param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(rate);
+  optimizer_.step();
+  return norm;
+}
+
+UpdateStats Learner::update(const std::vector<Episode>& episodes) {
+  UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes) : update_vtrace(episodes);
+  ++updates_;
+  stats.episodes = static_cast<int64_t>(episodes.size());
+  for (const auto& e : episodes) stats.steps += e.length();
+  return stats;
+}
+
+UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
+  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len());
+  const at::Tensor& mask = batch.step_mask;
+  at::Tensor old_values, advantages, returns;
+  {
+    torch::NoGradGuard no_grad;
+    old_values = model_->evaluate(batch.observations, batch.is_init).values;
+    advantages = at::zeros_like(old_values);
+    for (const EpisodeSlot& slot : batch.slots) {
+      const at::Tensor row_values = old_values[slot.row];
+      const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
+      advantages[slot.row].narrow(0, slot.offset, slot.length)
+          .copy_(generalized_advantages(batch.rewards[slot.row].narrow(0, slot.offset, slot.length),
+                                        row_values.narrow(0, slot.offset, slot.length), bootstrap, options_.gamma,
+                                        options_.gae_lambda));
+    }
+    returns = advantages + old_values;
+    const at::Tensor real = advantages.masked_select(mask);
+    const double std = real.numel() > 1 ? real.std().item<double>() : 1.0;
+    advantages = (advantages - real.mean()) / (std + 1e-8);
+  }
+
+  UpdateStats stats;
+  stats.packing_efficiency = batch.packing_efficiency();
+  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    const PolicyWindow window = model_->evaluate(batch.observations, batch.is_init);
+    const at::Tensor log_probs = model_->log_prob(window, batch.actions);
+    const at::Tensor log_ratio = log_probs - batch.behaviour_log_probs;
+    const at::Tensor ratio = log_ratio.exp();
+    const at::Tensor surrogate = at::min(ratio * advantages,
+                                         ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * advantages);
+    const at::Tensor policy_loss = -masked_mean(surrogate, mask);
+    at::Tensor value_error = (window.values - returns).pow(2);
+    if (options_.value_clip > 0) {
+      const at::Tensor clipped = old_values + (window.values - old_values).clamp(-options_.value_clip, options_.value_clip);
+      value_error = at::max(value_error, (clipped - returns).pow(2));
+    }
+    const at::Tensor value_loss = 0.5 * masked_mean(value_error, mask);
+    const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
+    const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+    stats.grad_norm = step_optimizer(loss);
+    if (epoch == 0) {
+      torch::NoGradGuard no_grad;
+      stats.policy_loss = policy_loss.item<double>();
+      stats.value_loss = value_loss.item<double>();
+      stats.entropy = entropy.item<double>();
+      // k3 estimator of KL(mu || pi), and how often the ratio was clipped.
+      stats.approx_kl = masked_mean((ratio - 1) - log_ratio, mask).item<double>();
+      stats.clip_fraction =
+          masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mask).item<double>();
+    }
+  }
+  stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
+  return stats;
+}
+
+UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
+  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len());
+  const at::Tensor& mask = batch.step_mask;
+  const PolicyWindow window = model_->evaluate(batch.observations, batch.is_init);
+  const at::Tensor log_probs = model_->log_prob(window, batch.actions);
+  at::Tensor vs = at::zeros_like(window.values);
+  at::Tensor pg_advantages = at::zeros_like(window.values);
+  at::Tensor rhos = at::zeros_like(window.values);
+  {
+    torch::NoGradGuard no_grad;
+    const at::Tensor values = window.values.detach();
+    const at::Tensor log_rhos = log_probs.detach() - batch.behaviour_log_probs;
+    for (const EpisodeSlot& slot : batch.slots) {
+      const double bootstrap = slot.terminated ? 0.0 : values[slot.row][slot.offset + slot.length].item<double>();
+      auto steps = [&](const at::Tensor& t) { return t[slot.row].narrow(0, slot.offset, slot.length); };
+      const VTraceTargets targets = vtrace_targets(steps(batch.rewards), steps(values), bootstrap, steps(log_rhos),
+                                                   options_.gamma, options_.rho_bar, options_.c_bar);
+      steps(vs).copy_(targets.vs);
+      steps(pg_advantages).copy_(targets.pg_advantages);
+      steps(rhos).copy_(targets.clipped_rhos);
+    }
+  }
+  const at::Tensor policy_loss = -masked_mean(log_probs * pg_advantages, mask);
+  const at::Tensor value_loss = 0.5 * masked_mean((window.values - vs).pow(2), mask);
+  const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
+  const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+  UpdateStats stats;
+  stats.packing_efficiency = batch.packing_efficiency();
+  stats.grad_norm = step_optimizer(loss);
+  stats.policy_loss = policy_loss.item<double>();
+  stats.value_loss = value_loss.item<double>();
+  stats.entropy = entropy.item<double>();
+  const at::Tensor real_rhos = rhos.masked_select(mask);
+  stats.rho_mean = real_rhos.mean().item<double>();
+  stats.rho_max = real_rhos.max().item<double>();
+  stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
+  return stats;
+}
+
+}  // namespace kvrl

@@ -1,0 +1,72 @@
+// A learner: turns batches of complete episodes into updates of the ActorCritic, with
+// PPO (clipped surrogate, GAE, entropy bonus, optional value clipping, several epochs) or
+// V-trace actor-critic (IMPALA), Adam, gradient-norm clipping and a learning-rate
+// schedule. Gradients are averaged over the learners through a Communicator, so learners
+// that start from the same weights stay bit-identical.
+#pragma once
+
+#include <torch/optim/adam.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/actor_critic.h"
+#include "common/communicator.h"
+#include "common/episode.h"
+
+namespace kvrl {
+
+struct LearnerOptions {
+  std::string algorithm = "ppo";  // "ppo" or "vtrace"
+  double learning_rate = 3e-4;    // Adam step size at the start
+  std::string lr_schedule = "constant";  // "constant" or "linear" (to 0 at planned_updates)
+  int64_t planned_updates = 0;    // for the linear schedule
+  double max_grad_norm = 0.5;     // clip the global gradient norm; 0 = off
+  double gamma = 0.99;
+  double gae_lambda = 0.95;       // PPO
+  double clip_epsilon = 0.2;      // PPO ratio clip
+  double value_clip = 0.0;        // PPO value clip around the batch-start values; 0 = off
+  int64_t epochs = 4;             // PPO passes over each batch
+  double entropy_coef = 0.01;
+  double value_coef = 0.5;
+  double rho_bar = 1.0;           // V-trace
+  double c_bar = 1.0;             // V-trace
+};
+
+struct UpdateStats {
+  double policy_loss = 0, value_loss = 0, entropy = 0;
+  double approx_kl = 0, clip_fraction = 0;  // PPO
+  double rho_mean = 0, rho_max = 0;         // V-trace
+  double grad_norm = 0, learning_rate = 0, packing_efficiency = 0;
+  int64_t episodes = 0, steps = 0;
+};
+
+class Learner {
+ public:
+  // Throws InvalidArgumentError on invalid options.
+  Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std::shared_ptr<Communicator> communicator);
+
+  // One update (PPO: `epochs` optimizer steps) from this learner's share of a batch; a
+  // collective over the learners, which must all call it with their shares.
+  UpdateStats update(const std::vector<Episode>& episodes);
+
+  // Copies learner 0's parameters into every learner (call once at start).
+  void synchronize_parameters();
+  ActorCritic& model() { return *model_; }
+  int64_t updates() const { return updates_; }
+  torch::optim::Adam& optimizer() { return optimizer_; }
+
+ private:
+  double step_optimizer(const at::Tensor& loss);  // returns the gradient norm before clipping
+  UpdateStats update_ppo(const std::vector<Episode>& episodes);
+  UpdateStats update_vtrace(const std::vector<Episode>& episodes);
+
+  std::shared_ptr<ActorCritic> model_;
+  LearnerOptions options_;
+  std::shared_ptr<Communicator> communicator_;
+  torch::optim::Adam optimizer_;
+  int64_t updates_ = 0;
+};
+
+}  // namespace kvrl

@@ -1,0 +1,87 @@
+#include "learner/window_batch.h"
+
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "common/errors.h"
+
+namespace kvrl {
+
+double WindowBatch::packing_efficiency() const {
+  return computed_tokens ? static_cast<double>(step_tokens) / static_cast<double>(computed_tokens) : 0.0;
+}
+
+WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens) {
+  if (episodes.empty()) throw InvalidArgumentError("pack_windows needs at least one episode");
+  const int64_t obs_size = episodes.front().observation_size;
+  const int64_t act_size = episodes.front().action_size;
+  int64_t width = 0;
+  for (const auto& e : episodes) {
+    if (e.observation_size != obs_size || e.action_size != act_size) {
+      throw InvalidArgumentError("pack_windows: episodes of different observation or action sizes");
+    }
+    if (e.length() + 1 > max_tokens) {
+      throw InvalidArgumentError("pack_windows: an episode of " + std::to_string(e.length()) + " steps needs " +
+                                 std::to_string(e.length() + 1) + " tokens, more than max_seq_len (" +
+                                 std::to_string(max_tokens) + ")");
+    }
+    width = std::max(width, e.length() + 1);
+  }
+
+  // First-fit decreasing into rows as wide as the longest episode.
+  std::vector<size_t> order(episodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return episodes[a].length() > episodes[b].length(); });
+  std::vector<int64_t> row_used;
+  std::vector<EpisodeSlot> slots(episodes.size());
+  for (size_t index : order) {
+    const int64_t tokens = episodes[index].length() + 1;
+    size_t row = 0;
+    while (row < row_used.size() && row_used[row] + tokens > width) ++row;
+    if (row == row_used.size()) row_used.push_back(0);
+    const Episode& e = episodes[index];
+    slots[index] = {static_cast<int64_t>(row), row_used[row], e.length(), static_cast<bool>(e.terminated.back()),
+                    *std::min_element(e.policy_versions.begin(), e.policy_versions.end())};
+    row_used[row] += tokens;
+  }
+
+  const int64_t rows = static_cast<int64_t>(row_used.size());
+  WindowBatch batch;
+  batch.observations = at::zeros({rows, width, obs_size});
+  batch.actions = at::zeros({rows, width, act_size});
+  batch.is_init = at::ones({rows, width}, at::kBool);  // padding: each token its own segment
+  batch.step_mask = at::zeros({rows, width}, at::kBool);
+  batch.rewards = at::zeros({rows, width});
+  batch.behaviour_log_probs = at::zeros({rows, width});
+  auto* obs = batch.observations.data_ptr<float>();
+  auto* act = batch.actions.data_ptr<float>();
+  auto* init = batch.is_init.data_ptr<bool>();
+  auto* mask = batch.step_mask.data_ptr<bool>();
+  auto* reward = batch.rewards.data_ptr<float>();
+  auto* logp = batch.behaviour_log_probs.data_ptr<float>();
+  for (size_t i = 0; i < episodes.size(); ++i) {
+    const Episode& e = episodes[i];
+    const EpisodeSlot& slot = slots[i];
+    const int64_t base = slot.row * width + slot.offset;
+    std::memcpy(obs + base * obs_size, e.observations.data(), e.observations.size() * sizeof(float));
+    std::memcpy(obs + (base + e.length()) * obs_size, e.final_observation.data(), obs_size * sizeof(float));
+    std::memcpy(act + base * act_size, e.actions.data(), e.actions.size() * sizeof(float));
+    for (int64_t t = 0; t <= e.length(); ++t) init[base + t] = t == 0;  // the final token continues the episode
+    for (int64_t t = 0; t < e.length(); ++t) {
+      mask[base + t] = true;
+      reward[base + t] = e.rewards[t];
+      logp[base + t] = e.behaviour_log_probs[t];
+    }
+    batch.step_tokens += e.length();
+  }
+  batch.slots = std::move(slots);
+  batch.computed_tokens = rows * width;
+  return batch;
+}
+
+}  // namespace kvrl

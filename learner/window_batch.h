@@ -1,0 +1,44 @@
+// Packs complete episodes into [B, T] training windows. Each episode takes its steps plus
+// one token for its final observation (the bootstrap state of a truncated episode);
+// several episodes share a row where they fit (first-fit, longest first), every row
+// starts at an episode start, and padding is masked out of every loss.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "common/episode.h"
+
+namespace kvrl {
+
+struct EpisodeSlot {
+  int64_t row = 0;
+  int64_t offset = 0;  // first step's column
+  int64_t length = 0;  // steps; the final observation sits at offset + length
+  bool terminated = false;
+  int64_t policy_lag_base = 0;  // the oldest policy version that acted in the episode
+};
+
+struct WindowBatch {
+  at::Tensor observations;         // [B, T, O] float
+  at::Tensor actions;              // [B, T, A] float (0 off the steps)
+  at::Tensor is_init;              // [B, T] bool: episode starts, and every padding token
+  at::Tensor step_mask;            // [B, T] bool: tokens that are episode steps
+  at::Tensor rewards;              // [B, T] float
+  at::Tensor behaviour_log_probs;  // [B, T] float
+  std::vector<EpisodeSlot> slots;
+  int64_t step_tokens = 0;      // real steps
+  int64_t computed_tokens = 0;  // B * T
+
+  // Real step tokens over computed tokens.
+  double packing_efficiency() const;
+  int64_t rows() const { return observations.size(0); }
+  int64_t width() const { return observations.size(1); }
+};
+
+// Throws InvalidArgumentError when `episodes` is empty, sizes differ, or an episode needs
+// more than max_tokens (its length + 1).
+WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens);
+
+}  // namespace kvrl

@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/errors.h"
+#include "learner/learner.h"
+#include "learner/returns.h"
+#include "learner/window_batch.h"
+
+namespace kvrl {
+namespace {
+
+Episode episode_of_length(int64_t length, bool terminated = true, float reward = 1.0f) {
+  Episode e;
+  e.observation_size = 2;
+  e.action_size = 1;
+  for (int64_t t = 0; t < length; ++t) {
+    e.observations.insert(e.observations.end(), {static_cast<float>(length), static_cast<float>(t)});
+    e.actions.push_back(0);
+    e.rewards.push_back(reward);
+    e.terminated.push_back(terminated && t == length - 1);
+    e.truncated.push_back(!terminated && t == length - 1);
+    e.is_init.push_back(t == 0);
+    e.behaviour_log_probs.push_back(-0.5f);
+    e.values.push_back(0);
+    e.policy_versions.push_back(3);
+  }
+  e.final_observation = {-1.0f, -1.0f};
+  return e;
+}
+
+TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
+  const WindowBatch batch = pack_windows({episode_of_length(3), episode_of_length(9), episode_of_length(5)}, 16);
+  EXPECT_EQ(batch.width(), 10);  // the longest episode plus its final token
+  EXPECT_EQ(batch.rows(), 2);
+  EXPECT_DOUBLE_EQ(batch.packing_efficiency(), 17.0 / 20.0);
+  EXPECT_TRUE(batch.is_init.select(1, 0).all().item<bool>());
+  EXPECT_EQ(batch.step_mask.sum().item<int64_t>(), 17);
+  const EpisodeSlot& nine = batch.slots[1];
+  EXPECT_EQ(nine.row, 0);
+  EXPECT_EQ(nine.offset, 0);
+  const EpisodeSlot& three = batch.slots[0];
+  EXPECT_EQ(three.row, 1);
+  EXPECT_EQ(three.offset, 6);  // after the 5-step episode and its final token
+  // The final token continues its episode and holds the final observation.
+  EXPECT_FALSE(batch.is_init[1][9].item<bool>());
+  EXPECT_EQ(batch.observations[1][9][0].item<float>(), -1.0f);
+  EXPECT_FALSE(batch.step_mask[1][9].item<bool>());
+}
+
+TEST(WindowBatch, RejectsAnEpisodeLongerThanMaxSeqLen) {
+  EXPECT_THROW(pack_windows({episode_of_length(8)}, 8), InvalidArgumentError);
+  EXPECT_NO_THROW(pack_windows({episode_of_length(7)}, 8));
+}
+
+TEST(Returns, GaeMatchesAHandComputation) {
+  const at::Tensor rewards = torch::tensor({1.0f, 0.0f, 2.0f});
+  const at::Tensor values = torch::tensor({0.5f, 1.0f, 1.5f});
+  const double g = 0.9, l = 0.8, bootstrap = 3.0;
+  const double d2 = 2.0 + g * bootstrap - 1.5, d1 = 0.0 + g * 1.5 - 1.0, d0 = 1.0 + g * 1.0 - 0.5;
+  const double a2 = d2, a1 = d1 + g * l * a2, a0 = d0 + g * l * a1;
+  const at::Tensor advantages = generalized_advantages(rewards, values, bootstrap, g, l);
+  EXPECT_NEAR(advantages[0].item<double>(), a0, 1e-5);
+  EXPECT_NEAR(advantages[1].item<double>(), a1, 1e-5);
+  EXPECT_NEAR(advantages[2].item<double>(), a2, 1e-5);
+  // Termination bootstraps from zero, truncation from V(final state).
+  EXPECT_LT(generalized_advantages(rewards, values, 0.0, g, l)[2].item<double>(), a2);
+}
+
+TEST(Returns, OnPolicyVTraceIsTheDiscountedReturn) {
+  const at::Tensor rewards = torch::tensor({1.0f, 2.0f, 3.0f});
+  const at::Tensor values = torch::tensor({0.3f, -0.2f, 0.7f});
+  const double g = 0.5, bootstrap = 4.0;
+  const VTraceTargets targets = vtrace_targets(rewards, values, bootstrap, torch::zeros({3}), g, 1.0, 1.0);
+  EXPECT_NEAR(targets.vs[2].item<double>(), 3 + g * 4, 1e-5);
+  EXPECT_NEAR(targets.vs[1].item<double>(), 2 + g * 3 + g * g * 4, 1e-5);
+  EXPECT_NEAR(targets.vs[0].item<double>(), 1 + g * 2 + g * g * 3 + g * g * g * 4, 1e-5);
+  EXPECT_NEAR(targets.pg_advantages[0].item<double>(), 1 + g * targets.vs[1].item<double>() - 0.3, 1e-5);
+}
+
+TEST(Returns, VTraceClipsImportanceWeights) {
+  const at::Tensor log_rhos = torch::tensor({std::log(5.0f), std::log(0.5f)});
+  const VTraceTargets targets =
+      vtrace_targets(torch::ones({2}), torch::zeros({2}), 0.0, log_rhos, 0.9, /*rho_bar=*/1.0, /*c_bar=*/1.0);
+  EXPECT_NEAR(targets.clipped_rhos[0].item<double>(), 1.0, 1e-6);
+  EXPECT_NEAR(targets.clipped_rhos[1].item<double>(), 0.5, 1e-6);
+}
+
+// A one-step bandit: action 1 pays 1, action 0 pays 0. Both algorithms must learn it.
+class BanditLearning : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BanditLearning, RaisesTheProbabilityOfThePayingArm) {
+  torch::manual_seed(0);
+  ActorCriticOptions model_options;
+  model_options.transformer.input_size = 2;
+  model_options.transformer.hidden_size = 16;
+  model_options.transformer.num_heads = 2;
+  model_options.transformer.max_seq_len = 4;
+  model_options.num_outputs = 2;
+  auto model = std::make_shared<ActorCritic>(model_options);
+  LearnerOptions options;
+  options.algorithm = GetParam();
+  options.learning_rate = 3e-3;
+  options.entropy_coef = 0.0;
+  Learner learner(model, options, std::make_shared<LocalCommunicator>());
+  at::Generator generator = at::detail::createCPUGenerator(/*seed=*/1);
+  auto probability_of_paying_arm = [&] {
+    model->trunk().reset_cache();
+    const PolicyWindow window = model->evaluate(torch::ones({1, 1, 2}), torch::ones({1, 1}, torch::kBool));
+    return torch::softmax(window.policy, -1)[0][0][1].item<double>();
+  };
+  const double before = probability_of_paying_arm();
+  for (int update = 0; update < 40; ++update) {
+    std::vector<Episode> batch;
+    model->trunk().reset_cache();
+    const PolicyStep step = model->act(torch::ones({32, 2}), torch::ones({32}, torch::kBool), generator);
+    for (int i = 0; i < 32; ++i) {
+      Episode e = episode_of_length(1, /*terminated=*/true, step.actions[i][0].item<float>());
+      e.observations = {1.0f, 1.0f};
+      e.actions = {step.actions[i][0].item<float>()};
+      e.behaviour_log_probs = {step.log_probs[i].item<float>()};
+      batch.push_back(e);
+    }
+    const UpdateStats stats = learner.update(batch);
+    EXPECT_TRUE(std::isfinite(stats.policy_loss));
+  }
+  EXPECT_GT(probability_of_paying_arm(), 0.9) << "started at " << before;
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, BanditLearning, ::testing::Values("ppo", "vtrace"));
+
+TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
+  ActorCriticOptions model_options;
+  model_options.transformer.input_size = 2;
+  model_options.transformer.hidden_size = 8;
+  model_options.transformer.num_heads = 2;
+  model_options.transformer.max_seq_len = 4;
+  model_options.num_outputs = 2;
+  LearnerOptions options;
+  options.algorithm = "a2c";
+  try {
+    Learner learner(std::make_shared<ActorCritic>(model_options), options, std::make_shared<LocalCommunicator>());
+    FAIL();
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_STREQ(error.what(), "learner.algorithm (a2c) must be ppo or vtrace");
+  }
+}
+
+}  // namespace
+}  // namespace kvrl
