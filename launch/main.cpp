@@ -7,6 +7,7 @@
 #include "common/accelerator_probe.h"
 #include "common/errors.h"
 #include "launch/env_rollout_command.h"
+#include "launch/train_command.h"
 #include "launch/transformer_demo_command.h"
 #include "launch/transformer_eval_command.h"
 
@@ -18,6 +19,8 @@ constexpr const char* kUsage =
     "  transformer-demo [--envs N] [--steps T] [--seed S]\n"
     "                                  step streams through the KV cache, then compare with the window path\n"
     "  transformer-eval IN.pt OUT.pt   run the transformer core on a torch.save'd input\n"
+    "  train CONFIG.yaml [key=value ...]\n"
+    "                                  distributed training (under mpirun; see launch/kvrl-mpirun)\n"
     "  env-rollout IN.pt OUT.pt        roll out an environment from a state with given actions\n"
     "  info                            what this build and machine can run on\n"
     "  help                            show this message\n";
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (command == "train") return kvrl::run_train({args.begin() + 1, args.end()});
     if (command == "env-rollout") {
       if (args.size() != 3) return usage_error("env-rollout takes IN.pt OUT.pt");
       kvrl::run_env_rollout(args[1], args[2]);

@@ -1,0 +1,179 @@
+#include "actor/actor_loop.h"
+
+#include <ATen/ops/from_blob.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/errors.h"
+#include "common/weights_codec.h"
+
+namespace kvrl {
+namespace {
+
+Episode empty_episode(int64_t rank, uint64_t id, int64_t observation_size, int64_t action_size) {
+  Episode e;
+  e.actor_rank = rank;
+  e.episode_id = id;
+  e.observation_size = observation_size;
+  e.action_size = action_size;
+  return e;
+}
+
+}  // namespace
+
+ActorLoop::ActorLoop(ActorLoopOptions options, MpiTransport& transport, std::shared_ptr<ActorCritic> model,
+                     VectorEnv& env, EpisodeCodec codec, std::shared_ptr<Logger> logger)
+    : options_(std::move(options)),
+      transport_(transport),
+      model_(std::move(model)),
+      env_(env),
+      codec_(codec),
+      logger_(std::move(logger)),
+      parameters_(model_->parameters()) {
+  for (const auto& p : parameters_) parameter_count_ += p.numel();
+  credits_.assign(options_.learner_ranks.size(), options_.credit_steps);
+  learner_stopped_.assign(options_.learner_ranks.size(), false);
+  stats_.episodes_sent_to.assign(options_.learner_ranks.size(), 0);
+}
+
+void ActorLoop::handle(const Message& message) {
+  const auto learner = std::find(options_.learner_ranks.begin(), options_.learner_ranks.end(), message.source);
+  if (learner == options_.learner_ranks.end()) {
+    logger_->warn(cat("dropping a message with tag ", static_cast<int>(message.tag), " from rank ", message.source,
+                      ", which is not a learner"));
+    return;
+  }
+  const size_t index = learner - options_.learner_ranks.begin();
+  switch (message.tag) {
+    case MessageTag::kCredit: {
+      int64_t steps = 0;
+      if (message.bytes.size() == sizeof(steps)) std::memcpy(&steps, message.bytes.data(), sizeof(steps));
+      if (steps > 0) credits_[index] += steps;
+      break;
+    }
+    case MessageTag::kStop: learner_stopped_[index] = true; break;
+    case MessageTag::kWeights: {
+      try {
+        const WeightsMessage weights = WeightsCodec::decode(message.bytes, parameter_count_);
+        if (weights.policy_version <= stats_.policy_version) break;  // an older broadcast overtaken by a newer one
+        WeightsCodec::apply(weights, parameters_);
+        model_->mark_weight_update();
+        ++stats_.cache_invalidations;
+        if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
+        stats_.policy_version = weights.policy_version;
+      } catch (const MalformedMessageError& error) {
+        logger_->error(cat("dropping a weights message from rank ", message.source, ": ", error.what()));
+      }
+      break;
+    }
+    default:
+      logger_->warn(cat("dropping a message with unexpected tag ", static_cast<int>(message.tag), " from rank ",
+                        message.source));
+  }
+}
+
+bool ActorLoop::ship_outbox() {
+  while (!outbox_.empty()) {
+    const auto best = std::max_element(credits_.begin(), credits_.end());
+    if (*best <= 0) return false;
+    const size_t index = best - credits_.begin();
+    std::vector<uint8_t> bytes = codec_.encode(outbox_.back());
+    if (options_.corrupt_episode > 0 && stats_.episodes_sent + 1 == options_.corrupt_episode) {
+      bytes[bytes.size() / 2] ^= 0x5a;  // the checksum will no longer match
+      ++stats_.corrupt_messages_injected;
+      logger_->warn(cat("fault injection: corrupting episode message ", options_.corrupt_episode, " on purpose"));
+    }
+    transport_.send(options_.learner_ranks[index], MessageTag::kEpisode, std::move(bytes));
+    // A learner with any credit left takes a whole episode: it may overdraw by one episode,
+    // which bounds the steps in flight by credit_steps plus the time limit.
+    credits_[index] -= outbox_.back().length();
+    ++stats_.episodes_sent;
+    ++stats_.episodes_sent_to[index];
+    outbox_.pop_back();
+  }
+  return true;
+}
+
+void ActorLoop::record_step(const PolicyStep& step) {
+  const int64_t obs_size = env_.observation_size();
+  const int64_t act_size = env_.action_size();
+  const float* obs = env_.observations().data();
+  const float* actions = step.actions.data_ptr<float>();
+  const float* log_probs = step.log_probs.data_ptr<float>();
+  const float* values = step.values.data_ptr<float>();
+  for (int64_t i = 0; i < env_.num_envs(); ++i) {
+    Episode& e = open_[i];
+    e.observations.insert(e.observations.end(), obs + i * obs_size, obs + (i + 1) * obs_size);
+    e.actions.insert(e.actions.end(), actions + i * act_size, actions + (i + 1) * act_size);
+    e.is_init.push_back(env_.is_init()[i]);
+    e.behaviour_log_probs.push_back(log_probs[i]);
+    e.values.push_back(values[i]);
+    e.policy_versions.push_back(stats_.policy_version);
+  }
+}
+
+ActorStats ActorLoop::run() {
+  const int64_t obs_size = env_.observation_size();
+  const int64_t act_size = env_.action_size();
+  const int64_t rank = transport_.rank();
+  at::Generator generator = at::detail::createCPUGenerator(options_.seed * 1000003 + static_cast<uint64_t>(rank));
+  uint64_t next_episode_id = 0;
+  for (int64_t i = 0; i < env_.num_envs(); ++i) open_.push_back(empty_episode(rank, next_episode_id++, obs_size, act_size));
+
+  auto all_stopped = [&] { return std::all_of(learner_stopped_.begin(), learner_stopped_.end(), [](bool s) { return s; }); };
+  auto drain = [&] {
+    while (auto message = transport_.poll()) handle(*message);
+  };
+
+  // Act only with the learners' weights: wait for version 0.
+  while (stats_.policy_version < 0 && !all_stopped()) {
+    drain();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  logger_->info(cat("acting with policy version ", stats_.policy_version, " on ", env_.num_envs(), " x ",
+                    env_.env(0).name()));
+  env_.reset();
+  std::vector<float> actions(env_.num_envs() * act_size);
+  while (!all_stopped()) {
+    drain();
+    if (all_stopped()) break;
+    if (!ship_outbox()) {  // no credit: wait for a learner instead of collecting more
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    const at::Tensor observations =
+        at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat);
+    std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
+    const at::Tensor is_init = at::from_blob(init.data(), {env_.num_envs()}, at::kBool);
+    const PolicyStep step = model_->act(observations, is_init, generator);
+    record_step(step);
+    std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
+    env_.step(actions);
+    stats_.env_steps += env_.num_envs();
+    for (int64_t i = 0; i < env_.num_envs(); ++i) {
+      Episode& e = open_[i];
+      e.rewards.push_back(static_cast<float>(env_.rewards()[i]));
+      e.terminated.push_back(env_.terminated()[i]);
+      e.truncated.push_back(env_.truncated()[i]);
+      if (env_.terminated()[i] || env_.truncated()[i]) {
+        e.final_observation.assign(env_.final_observations().begin() + i * obs_size,
+                                   env_.final_observations().begin() + (i + 1) * obs_size);
+        outbox_.push_back(std::move(e));
+        e = empty_episode(rank, next_episode_id++, obs_size, act_size);
+      }
+    }
+  }
+  // Every learner has stopped; tell each how many episodes to expect, then let the sends finish.
+  for (size_t i = 0; i < options_.learner_ranks.size(); ++i) {
+    std::vector<uint8_t> count(sizeof(int64_t));
+    std::memcpy(count.data(), &stats_.episodes_sent_to[i], sizeof(int64_t));
+    transport_.send(options_.learner_ranks[i], MessageTag::kActorDone, std::move(count));
+  }
+  transport_.flush();
+  return stats_;
+}
+
+}  // namespace kvrl

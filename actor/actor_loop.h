@@ -1,0 +1,67 @@
+// An actor rank's loop: steps its VectorEnv with the ActorCritic on the cached path,
+// records complete episodes and ships each to a learner (the one with the most credits
+// left, so the load balances); with no credit left it stops stepping until a learner
+// grants one, so a slow learner throttles actors and memory stays bounded. New weights
+// are applied between steps, then mark_weight_update() restarts every stream's cache.
+// It ends when every learner has said stop, after telling each learner how many
+// episodes it sent.
+#pragma once
+
+
+#include <memory>
+#include <vector>
+
+#include "actor/vector_env.h"
+#include "common/actor_critic.h"
+#include "common/episode_codec.h"
+#include "common/logger.h"
+#include "common/mpi_transport.h"
+
+namespace kvrl {
+
+struct ActorStats {
+  int64_t env_steps = 0;
+  int64_t episodes_sent = 0;
+  int64_t weight_updates_applied = 0;  // new versions applied after the initial weights
+  int64_t cache_invalidations = 0;     // mark_weight_update() calls
+  int64_t policy_version = -1;         // the version acting at the end
+  int64_t corrupt_messages_injected = 0;
+  std::vector<int64_t> episodes_sent_to;  // per learner
+};
+
+struct ActorLoopOptions {
+  std::vector<int> learner_ranks;
+  int64_t credit_steps = 8192;  // env steps that may be in flight to each learner
+  uint64_t seed = 0;
+  // Fault injection for tests: replace the Nth episode sent (1-based) with corrupt bytes; 0 = off.
+  int64_t corrupt_episode = 0;
+};
+
+class ActorLoop {
+ public:
+  ActorLoop(ActorLoopOptions options, MpiTransport& transport, std::shared_ptr<ActorCritic> model, VectorEnv& env,
+            EpisodeCodec codec, std::shared_ptr<Logger> logger);
+  // Runs until every learner said stop. Throws on MPI failure.
+  ActorStats run();
+
+ private:
+  void handle(const Message& message);
+  void record_step(const PolicyStep& step);
+  bool ship_outbox();  // returns whether everything was sent
+
+  ActorLoopOptions options_;
+  MpiTransport& transport_;
+  std::shared_ptr<ActorCritic> model_;
+  VectorEnv& env_;
+  EpisodeCodec codec_;
+  std::shared_ptr<Logger> logger_;
+  std::vector<at::Tensor> parameters_;
+  int64_t parameter_count_ = 0;
+  std::vector<int64_t> credits_;        // env steps each learner will still accept
+  std::vector<bool> learner_stopped_;
+  std::vector<Episode> open_;           // the episode each environment is in
+  std::vector<Episode> outbox_;         // complete episodes waiting for a credit
+  ActorStats stats_;
+};
+
+}  // namespace kvrl

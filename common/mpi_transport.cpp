@@ -1,0 +1,138 @@
+#include "common/mpi_transport.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/core/grad_mode.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "common/mpi_check.h"
+
+namespace kvrl {
+
+void check_mpi(int code, const char* call, const char* file, int line, const std::string& reason) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  throw MpiError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + " on rank " +
+                 std::to_string(rank) + " (" + host + "): " + std::string(message, length) + "; while " + reason);
+}
+
+MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
+  KVRL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "reading this rank");
+  KVRL_MPI_CHECK(MPI_Comm_size(comm_, &size_), "reading the world size");
+}
+
+MpiTransport::~MpiTransport() {
+  try {
+    flush();
+  } catch (const Error&) {
+    // A destructor cannot report; the run already failed if a send did.
+  }
+}
+
+void MpiTransport::send(int destination, MessageTag tag, std::vector<uint8_t> bytes) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) throw InvalidArgumentError("message larger than 2 GiB");
+  pending_.push_back({MPI_REQUEST_NULL, std::move(bytes)});
+  PendingSend& send = pending_.back();
+  KVRL_MPI_CHECK(MPI_Isend(send.bytes.data(), static_cast<int>(send.bytes.size()), MPI_BYTE, destination,
+                           static_cast<int>(tag), comm_, &send.request),
+                 "sending a message to rank " + std::to_string(destination));
+  progress();
+}
+
+std::optional<Message> MpiTransport::poll() {
+  progress();
+  int arrived = 0;
+  MPI_Status status;
+  KVRL_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &arrived, &status), "probing for messages");
+  if (!arrived) return std::nullopt;
+  int count = 0;
+  KVRL_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count), "sizing an arrived message");
+  Message message;
+  message.source = status.MPI_SOURCE;
+  message.tag = static_cast<MessageTag>(status.MPI_TAG);
+  message.bytes.resize(static_cast<size_t>(count));
+  KVRL_MPI_CHECK(MPI_Recv(message.bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, comm_,
+                          MPI_STATUS_IGNORE),
+                 "receiving a message from rank " + std::to_string(status.MPI_SOURCE));
+  return message;
+}
+
+size_t MpiTransport::progress() {
+  while (!pending_.empty()) {
+    int done = 0;
+    KVRL_MPI_CHECK(MPI_Test(&pending_.front().request, &done, MPI_STATUS_IGNORE), "completing a send");
+    if (!done) break;
+    pending_.pop_front();
+  }
+  return pending_.size();
+}
+
+void MpiTransport::flush() {
+  while (!pending_.empty()) {
+    KVRL_MPI_CHECK(MPI_Wait(&pending_.front().request, MPI_STATUS_IGNORE), "waiting for a send to complete");
+    pending_.pop_front();
+  }
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  KVRL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "reading the learner rank");
+  KVRL_MPI_CHECK(MPI_Comm_size(comm_, &size_), "reading the learner count");
+}
+
+namespace {
+
+// Flattens float tensors into one contiguous buffer, so one collective moves them all.
+at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.detach().reshape(-1).to(at::kFloat));
+  return at::cat(flat).contiguous();
+}
+
+void unflatten(const at::Tensor& buffer, std::vector<at::Tensor>& tensors) {
+  at::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto& t : tensors) {
+    t.copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
+void MpiCommunicator::all_reduce_mean(std::vector<at::Tensor>& tensors) {
+  if (size_ == 1 || tensors.empty()) return;
+  at::Tensor buffer = flatten(tensors);
+  at::Tensor sum = at::empty_like(buffer);
+  const int count = static_cast<int>(buffer.numel());
+  KVRL_MPI_CHECK(MPI_Reduce(buffer.data_ptr<float>(), sum.data_ptr<float>(), count, MPI_FLOAT, MPI_SUM, 0, comm_),
+                 "reducing gradients to learner 0");
+  KVRL_MPI_CHECK(MPI_Bcast(sum.data_ptr<float>(), count, MPI_FLOAT, 0, comm_), "broadcasting summed gradients");
+  sum.div_(static_cast<double>(size_));
+  unflatten(sum, tensors);
+}
+
+void MpiCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (size_ == 1 || tensors.empty()) return;
+  at::Tensor buffer = flatten(tensors);
+  KVRL_MPI_CHECK(MPI_Bcast(buffer.data_ptr<float>(), static_cast<int>(buffer.numel()), MPI_FLOAT, root, comm_),
+                 "broadcasting parameters from learner " + std::to_string(root));
+  unflatten(buffer, tensors);
+}
+
+double MpiCommunicator::all_reduce_sum(double value) {
+  if (size_ == 1) return value;
+  double sum = 0;
+  KVRL_MPI_CHECK(MPI_Reduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, comm_), "reducing a counter");
+  KVRL_MPI_CHECK(MPI_Bcast(&sum, 1, MPI_DOUBLE, 0, comm_), "broadcasting a counter");
+  return sum;
+}
+
+}  // namespace kvrl

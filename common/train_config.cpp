@@ -1,0 +1,241 @@
+#include "common/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include "common/errors.h"
+
+namespace kvrl {
+namespace {
+
+struct Field {
+  std::string key;
+  std::string type;     // "int", "float", "bool", "string"
+  std::string allowed;  // for the reference and the messages
+  std::string doc;
+  std::function<void(TrainConfig&, const std::string& key, const std::string& text)> set;
+  std::function<std::string(const TrainConfig&)> get;
+};
+
+[[noreturn]] void fail(const std::string& key, const std::string& text, const std::string& allowed) {
+  throw InvalidArgumentError("config key '" + key + "' = '" + text + "': " + allowed);
+}
+
+Field int_field(std::string key, int64_t TrainConfig::*member, int64_t low, int64_t high, std::string doc) {
+  const std::string allowed = "an integer in [" + std::to_string(low) + ", " +
+                              (high == std::numeric_limits<int64_t>::max() ? std::string("inf") : std::to_string(high)) + "]";
+  return {key, "int", allowed, std::move(doc),
+          [=](TrainConfig& c, const std::string& k, const std::string& text) {
+            size_t used = 0;
+            int64_t value = 0;
+            try {
+              value = std::stoll(text, &used);
+            } catch (const std::exception&) {
+              fail(k, text, "expected " + allowed);
+            }
+            if (used != text.size() || value < low || value > high) fail(k, text, "expected " + allowed);
+            c.*member = value;
+          },
+          [=](const TrainConfig& c) { return std::to_string(c.*member); }};
+}
+
+Field float_field(std::string key, double TrainConfig::*member, double low, double high, std::string doc) {
+  std::ostringstream range;
+  range << "a number in [" << low << ", " << high << "]";
+  const std::string allowed = range.str();
+  return {key, "float", allowed, std::move(doc),
+          [=](TrainConfig& c, const std::string& k, const std::string& text) {
+            size_t used = 0;
+            double value = 0;
+            try {
+              value = std::stod(text, &used);
+            } catch (const std::exception&) {
+              fail(k, text, "expected " + allowed);
+            }
+            if (used != text.size() || !std::isfinite(value) || value < low || value > high) {
+              fail(k, text, "expected " + allowed);
+            }
+            c.*member = value;
+          },
+          [=](const TrainConfig& c) {
+            std::ostringstream out;
+            out << c.*member;
+            return out.str();
+          }};
+}
+
+Field bool_field(std::string key, bool TrainConfig::*member, std::string doc) {
+  return {key, "bool", "true or false", std::move(doc),
+          [=](TrainConfig& c, const std::string& k, const std::string& text) {
+            if (text == "true") c.*member = true;
+            else if (text == "false") c.*member = false;
+            else fail(k, text, "expected true or false");
+          },
+          [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); }};
+}
+
+Field string_field(std::string key, std::string TrainConfig::*member, std::vector<std::string> choices, std::string doc) {
+  std::string allowed = "any string";
+  if (!choices.empty()) {
+    allowed = "one of";
+    for (const auto& choice : choices) allowed += " " + choice;
+  }
+  return {key, "string", allowed, std::move(doc),
+          [=](TrainConfig& c, const std::string& k, const std::string& text) {
+            if (!choices.empty() && std::find(choices.begin(), choices.end(), text) == choices.end()) {
+              fail(k, text, "expected " + allowed);
+            }
+            c.*member = text;
+          },
+          [=](const TrainConfig& c) { return c.*member; }};
+}
+
+const std::vector<Field>& schema() {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  static const std::vector<Field> fields{
+      int_field("run.seed", &TrainConfig::seed, 0, kMax, "seeds environments, action sampling and initial weights"),
+      int_field("run.total_env_steps", &TrainConfig::total_env_steps, 1, kMax,
+                "stop once this many environment steps reached the learners"),
+      int_field("run.max_updates", &TrainConfig::max_updates, 0, kMax, "also stop after this many updates; 0 = no limit"),
+      string_field("run.dir", &TrainConfig::run_dir, {}, "run directory: logs, effective config, per-rank stats"),
+      int_field("learners", &TrainConfig::learners, 1, 1024, "learner ranks (the lowest ranks); the other ranks act"),
+      string_field("env.name", &TrainConfig::env_name, {}, "a built-in environment (see docs/environments.md)"),
+      string_field("env.plugin", &TrainConfig::env_plugin, {}, "path of an environment plugin; replaces env.name"),
+      int_field("env.num_envs", &TrainConfig::num_envs, 1, 65536, "environments stepped together by each actor"),
+      int_field("model.hidden_size", &TrainConfig::hidden_size, 1, 65536, "transformer width"),
+      int_field("model.num_layers", &TrainConfig::num_layers, 1, 256, "transformer blocks"),
+      int_field("model.num_heads", &TrainConfig::num_heads, 1, 1024, "attention heads; must divide hidden_size"),
+      int_field("model.max_seq_len", &TrainConfig::max_seq_len, 2, 1 << 20,
+                "positions and cache slots; must exceed the environment's time limit"),
+      int_field("model.dim_feedforward", &TrainConfig::dim_feedforward, 0, 1 << 20, "MLP width; 0 = 4 * hidden_size"),
+      bool_field("model.temporal_context", &TrainConfig::temporal_context,
+                 "false: every step sees only its own observation (the memoryless baseline)"),
+      string_field("learner.algorithm", &TrainConfig::algorithm, {"ppo", "vtrace"}, "the loss"),
+      float_field("learner.learning_rate", &TrainConfig::learning_rate, 1e-8, 1.0, "Adam step size"),
+      string_field("learner.lr_schedule", &TrainConfig::lr_schedule, {"constant", "linear"},
+                   "linear decays to 0 at the planned number of updates"),
+      float_field("learner.max_grad_norm", &TrainConfig::max_grad_norm, 0, 1e6, "gradient-norm clip; 0 = off"),
+      float_field("learner.gamma", &TrainConfig::gamma, 0, 1, "discount"),
+      float_field("learner.gae_lambda", &TrainConfig::gae_lambda, 0, 1, "GAE lambda (PPO)"),
+      float_field("learner.clip_epsilon", &TrainConfig::clip_epsilon, 1e-6, 1, "ratio clip (PPO)"),
+      float_field("learner.value_clip", &TrainConfig::value_clip, 0, 1e6, "value clip (PPO); 0 = off"),
+      int_field("learner.epochs", &TrainConfig::epochs, 1, 1000, "passes over each batch (PPO)"),
+      float_field("learner.entropy_coef", &TrainConfig::entropy_coef, 0, 10, "entropy bonus weight"),
+      float_field("learner.value_coef", &TrainConfig::value_coef, 0, 100, "value loss weight"),
+      float_field("learner.rho_bar", &TrainConfig::rho_bar, 1e-6, 1e6, "importance-weight clip (V-trace)"),
+      float_field("learner.c_bar", &TrainConfig::c_bar, 1e-6, 1e6, "trace clip (V-trace)"),
+      int_field("learner.steps_per_update", &TrainConfig::steps_per_update, 1, kMax, "env steps per update, all learners"),
+      int_field("learner.weight_sync_interval", &TrainConfig::weight_sync_interval, 1, kMax,
+                "learner 0 sends weights to the actors every K updates"),
+      int_field("learner.max_policy_lag", &TrainConfig::max_policy_lag, 0, kMax,
+                "drop episodes acted on by weights older than this many versions; 0 = keep all"),
+      int_field("actor.credit_steps", &TrainConfig::credit_steps, 1, int64_t{1} << 40,
+                "env steps an actor may have in flight to each learner (flow control)"),
+  };
+  return fields;
+}
+
+void apply(TrainConfig& config, const std::string& key, const std::string& text) {
+  static const std::string kEnvOptions = "env.options.";
+  if (key.rfind(kEnvOptions, 0) == 0 && key.size() > kEnvOptions.size()) {
+    size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || !std::isfinite(value)) fail(key, text, "expected a number");
+    config.env_options[key.substr(kEnvOptions.size())] = value;
+    return;
+  }
+  for (const Field& field : schema()) {
+    if (field.key == key) {
+      field.set(config, key, text);
+      return;
+    }
+  }
+  throw InvalidArgumentError("unknown config key '" + key + "' (the keys are listed in docs/config.md)");
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (node.IsMap()) {
+    for (const auto& item : node) flatten(item.second, prefix.empty() ? item.first.as<std::string>() : prefix + "." + item.first.as<std::string>(), out);
+  } else if (node.IsScalar()) {
+    out.emplace_back(prefix, node.Scalar());
+  } else if (node.IsNull()) {
+    out.emplace_back(prefix, "");
+  } else {
+    throw InvalidArgumentError("config key '" + prefix + "' must be a single value, not a list");
+  }
+}
+
+}  // namespace
+
+TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  std::vector<std::pair<std::string, std::string>> entries;
+  try {
+    const YAML::Node root = YAML::Load(yaml_text);
+    if (root && !root.IsNull()) {
+      if (!root.IsMap()) throw InvalidArgumentError("the config must be a YAML mapping of keys to values");
+      flatten(root, "", entries);
+    }
+  } catch (const YAML::Exception& error) {
+    throw InvalidArgumentError(std::string("the config is not valid YAML: ") + error.what());
+  }
+  for (const std::string& item : overrides) {
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      throw InvalidArgumentError("override '" + item + "' must be key=value, e.g. learner.learning_rate=1e-3");
+    }
+    entries.emplace_back(item.substr(0, equals), item.substr(equals + 1));
+  }
+  for (const auto& [key, text] : entries) apply(config, key, text);
+  if (config.hidden_size % config.num_heads != 0) {
+    throw InvalidArgumentError("config: model.num_heads (" + std::to_string(config.num_heads) +
+                               ") must divide model.hidden_size (" + std::to_string(config.hidden_size) + ")");
+  }
+  return config;
+}
+
+TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgumentError("cannot read config file '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), overrides);
+}
+
+std::string TrainConfig::to_yaml() const {
+  std::map<std::string, std::string> values;
+  for (const Field& field : schema()) values[field.key] = field.get(*this);
+  for (const auto& [name, value] : env_options) {
+    std::ostringstream out;
+    out << value;
+    values["env.options." + name] = out.str();
+  }
+  std::ostringstream yaml;
+  for (const auto& [key, value] : values) yaml << key << ": " << (value.empty() ? "\"\"" : value) << "\n";
+  return yaml.str();
+}
+
+std::string TrainConfig::reference_markdown() {
+  const TrainConfig defaults;
+  std::ostringstream out;
+  out << "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const Field& field : schema()) {
+    std::string value = field.get(defaults);
+    out << "| `" << field.key << "` | " << field.type << " | `" << (value.empty() ? "\"\"" : value) << "` | "
+        << field.allowed << " | " << field.doc << " |\n";
+  }
+  out << "| `env.options.<name>` | float | | a number | an option of the environment (see docs/environments.md) |\n";
+  return out.str();
+}
+
+}  // namespace kvrl

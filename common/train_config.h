@@ -1,0 +1,64 @@
+// The configuration of a training run: one typed struct, every field with its default
+// and a one-line doc, mapped from YAML (configs/*.yaml) and `key=value` overrides with
+// dotted keys. Every key is validated before any rank starts work: an unknown key, a
+// wrong type or a value out of range stops the run with the key named and what is
+// allowed. The schema also prints the effective config and the config reference.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvrl {
+
+struct TrainConfig {
+  // run
+  int64_t seed = 0;                   // seeds environments, sampling and initial weights
+  int64_t total_env_steps = 200000;   // stop after this many environment steps reach the learners
+  int64_t max_updates = 0;            // also stop after this many updates; 0 = no limit
+  std::string run_dir = "runs/latest";  // logs, effective config and stats go here
+  int64_t learners = 1;               // learner ranks (the lowest ranks); the others act
+  // env
+  std::string env_name = "CartPole-v1";  // a built-in environment
+  std::string env_plugin;                // or a plugin shared library (overrides env.name)
+  int64_t num_envs = 16;                 // environments per actor
+  std::map<std::string, double> env_options;  // env.options.<name>: per-environment options
+  // model
+  int64_t hidden_size = 64;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  int64_t max_seq_len = 512;          // must exceed the environment's time limit
+  int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
+  bool temporal_context = true;       // false: each step sees only its own observation
+  // learner
+  std::string algorithm = "ppo";
+  double learning_rate = 3e-4;
+  std::string lr_schedule = "constant";
+  double max_grad_norm = 0.5;
+  double gamma = 0.99;
+  double gae_lambda = 0.95;
+  double clip_epsilon = 0.2;
+  double value_clip = 0.0;
+  int64_t epochs = 4;
+  double entropy_coef = 0.01;
+  double value_coef = 0.5;
+  double rho_bar = 1.0;
+  double c_bar = 1.0;
+  int64_t steps_per_update = 4096;    // env steps per update, over all learners
+  int64_t weight_sync_interval = 1;   // learner 0 sends weights every K updates
+  int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
+  // actor
+  int64_t credit_steps = 8192;        // env steps an actor may have in flight to each learner
+
+  // Parses YAML text, then applies `overrides` ("key=value"). Throws InvalidArgumentError
+  // naming the key on an unknown key, a wrong type or a value out of range.
+  static TrainConfig parse(const std::string& yaml_text, const std::vector<std::string>& overrides);
+  static TrainConfig load(const std::string& path, const std::vector<std::string>& overrides);
+  // The effective config as YAML with every key, sorted.
+  std::string to_yaml() const;
+  // Markdown table of every key: type, default, allowed values, doc.
+  static std::string reference_markdown();
+};
+
+}  // namespace kvrl

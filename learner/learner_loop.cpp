@@ -1,0 +1,199 @@
+#include "learner/learner_loop.h"
+
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "common/crc32.h"
+#include "common/errors.h"
+#include "common/weights_codec.h"
+
+namespace kvrl {
+
+std::string parameter_checksum(torch::nn::Module& module) {
+  uint32_t crc = 0;
+  for (const auto& p : module.parameters()) {
+    const at::Tensor values = p.detach().to(at::kFloat).contiguous();
+    crc = crc32(values.data_ptr<float>(), values.numel() * sizeof(float), crc);
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", crc);
+  return hex;
+}
+
+LearnerLoop::LearnerLoop(LearnerLoopOptions options, MpiTransport& transport, std::shared_ptr<Communicator> communicator,
+                         Learner& learner, EpisodeCodec codec, std::shared_ptr<Logger> logger)
+    : options_(std::move(options)),
+      transport_(transport),
+      communicator_(std::move(communicator)),
+      learner_(learner),
+      codec_(codec),
+      logger_(std::move(logger)) {
+  stats_.lag_min = std::numeric_limits<double>::infinity();
+}
+
+void LearnerLoop::grant_credit(int actor_rank, int64_t steps) {
+  std::vector<uint8_t> bytes(sizeof(steps));
+  std::memcpy(bytes.data(), &steps, sizeof(steps));
+  transport_.send(actor_rank, MessageTag::kCredit, std::move(bytes));
+}
+
+void LearnerLoop::send_weights() {
+  const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, learner_.model().parameters());
+  for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeights, bytes);
+}
+
+void LearnerLoop::receive(const Message& message, bool stopping) {
+  if (message.tag == MessageTag::kActorDone) {
+    int64_t count = -1;
+    if (message.bytes.size() == sizeof(count)) std::memcpy(&count, message.bytes.data(), sizeof(count));
+    stats_.announced_by[message.source] = count;
+    return;
+  }
+  if (message.tag != MessageTag::kEpisode) {
+    logger_->warn(cat("dropping a message with unexpected tag ", static_cast<int>(message.tag), " from rank ",
+                      message.source));
+    return;
+  }
+  ++stats_.episodes_received;
+  ++stats_.received_from[message.source];
+  // A dropped message's length is unknown when it is malformed; its actor had charged it
+  // against its credit, so refund the most an episode can take.
+  auto drop = [&](const std::string& reason, int64_t steps) {
+    ++stats_.dropped[reason];
+    if (!stopping) grant_credit(message.source, steps);
+  };
+  if (stopping) {
+    drop("shutdown", 0);
+    return;
+  }
+  try {
+    Episode episode = codec_.decode(message.bytes);
+    if (episode.actor_rank != message.source) {
+      throw MalformedMessageError(MalformedMessageError::Reason::kContent,
+                                  "episode claims actor rank " + std::to_string(episode.actor_rank));
+    }
+    const int64_t oldest = *std::min_element(episode.policy_versions.begin(), episode.policy_versions.end());
+    if (options_.max_policy_lag > 0 && policy_version_ - oldest > options_.max_policy_lag) {
+      drop("policy_lag", episode.length());
+      return;
+    }
+    queued_steps_ += episode.length();
+    queue_.push_back(std::move(episode));
+  } catch (const MalformedMessageError& error) {
+    logger_->warn(cat("dropped an episode message from rank ", message.source, " (",
+                      MalformedMessageError::reason_name(error.reason()), "): ", error.what()));
+    drop(std::string("malformed_") + MalformedMessageError::reason_name(error.reason()), codec_.spec().max_length);
+  }
+}
+
+std::vector<Episode> LearnerLoop::take_share() {
+  const int64_t share = (options_.steps_per_update + communicator_->size() - 1) / communicator_->size();
+  std::vector<Episode> batch;
+  int64_t steps = 0;
+  while (!queue_.empty() && steps < share) {
+    steps += queue_.front().length();
+    queued_steps_ -= queue_.front().length();
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return batch;
+}
+
+bool LearnerLoop::all_actors_done() const {
+  for (int actor : options_.actor_ranks) {
+    auto announced = stats_.announced_by.find(actor);
+    if (announced == stats_.announced_by.end()) return false;
+    auto received = stats_.received_from.find(actor);
+    const int64_t got = received == stats_.received_from.end() ? 0 : received->second;
+    if (got < announced->second) return false;
+  }
+  return true;
+}
+
+LearnerStats LearnerLoop::run() {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto last_log = start;
+  int64_t steps_at_last_log = 0, updates_at_last_log = 0;
+  const bool root = communicator_->rank() == 0;
+  const int learners = communicator_->size();
+  const int64_t share = (options_.steps_per_update + learners - 1) / learners;
+
+  learner_.synchronize_parameters();
+  if (root) send_weights();
+  while (true) {
+    while (auto message = transport_.poll()) receive(*message, /*stopping=*/false);
+    const bool all_ready = communicator_->all_reduce_sum(queued_steps_ >= share ? 1.0 : 0.0) == learners;
+    if (all_ready) {
+      std::vector<Episode> batch = take_share();
+      for (const Episode& e : batch) {
+        const int64_t oldest = *std::min_element(e.policy_versions.begin(), e.policy_versions.end());
+        const double lag = static_cast<double>(policy_version_ - oldest);
+        stats_.lag_min = std::min(stats_.lag_min, lag);
+        stats_.lag_max = std::max(stats_.lag_max, lag);
+        lag_sum_ += lag;
+        ++lag_count_;
+        recent_returns_.push_back(e.episode_return());
+        if (recent_returns_.size() > 100) recent_returns_.pop_front();
+      }
+      stats_.last_update = learner_.update(batch);
+      ++policy_version_;
+      ++stats_.updates;
+      stats_.episodes_used += static_cast<int64_t>(batch.size());
+      for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
+      stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
+      if (root && stats_.updates % options_.weight_sync_interval == 0) send_weights();
+    }
+    const bool budget_spent = stats_.env_steps >= options_.total_env_steps ||
+                              (options_.max_updates > 0 && stats_.updates >= options_.max_updates);
+    if (budget_spent) break;
+    const auto now = Clock::now();
+    if (root && std::chrono::duration<double>(now - last_log).count() >= options_.log_interval_s) {
+      const double seconds = std::chrono::duration<double>(now - last_log).count();
+      double mean = 0;
+      for (double r : recent_returns_) mean += r;
+      mean = recent_returns_.empty() ? 0 : mean / recent_returns_.size();
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "progress: env_steps %lld (%.0f/s), updates %lld (%.2f/s), return %.2f, lag %.0f/%.1f/%.0f, queue %zu",
+                    static_cast<long long>(stats_.env_steps), (stats_.env_steps - steps_at_last_log) / seconds,
+                    static_cast<long long>(stats_.updates), (stats_.updates - updates_at_last_log) / seconds, mean,
+                    lag_count_ ? stats_.lag_min : 0.0, lag_count_ ? lag_sum_ / lag_count_ : 0.0, stats_.lag_max,
+                    queue_.size());
+      logger_->info(line);
+      last_log = now;
+      steps_at_last_log = stats_.env_steps;
+      updates_at_last_log = stats_.updates;
+    }
+    if (!all_ready) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+
+  // Queued episodes are never used now; count them before the shutdown drain.
+  stats_.dropped["unused_at_end"] += static_cast<int64_t>(queue_.size());
+  queue_.clear();
+  for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kStop, {});
+  while (!all_actors_done()) {
+    if (auto message = transport_.poll()) {
+      receive(*message, /*stopping=*/true);
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  transport_.flush();
+
+  double local_mean = 0;
+  for (double r : recent_returns_) local_mean += r;
+  local_mean = recent_returns_.empty() ? 0 : local_mean / recent_returns_.size();
+  stats_.mean_return = communicator_->all_reduce_sum(local_mean) / learners;
+  stats_.lag_mean = lag_count_ ? lag_sum_ / lag_count_ : 0;
+  if (!lag_count_) stats_.lag_min = 0;
+  stats_.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.parameter_checksum = parameter_checksum(learner_.model());
+  return stats_;
+}
+
+}  // namespace kvrl
