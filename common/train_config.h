@@ -18,6 +18,7 @@ struct TrainConfig {
   int64_t total_env_steps = 200000;   // stop after this many environment steps reach the learners
   int64_t max_updates = 0;            // also stop after this many updates; 0 = no limit
   std::string run_dir = "runs/latest";  // logs, effective config and stats go here
+  double log_interval_s = 5.0;        // seconds between progress lines
   int64_t learners = 1;               // learner ranks (the lowest ranks); the others act
   // env
   std::string env_name = "CartPole-v1";  // a built-in environment
@@ -41,6 +42,7 @@ struct TrainConfig {
   double clip_epsilon = 0.2;
   double value_clip = 0.0;
   int64_t epochs = 4;
+  int64_t minibatches = 4;
   double entropy_coef = 0.01;
   double value_coef = 0.5;
   double rho_bar = 1.0;

@@ -59,6 +59,7 @@ LearnerOptions learner_options(const TrainConfig& c) {
   o.clip_epsilon = c.clip_epsilon;
   o.value_clip = c.value_clip;
   o.epochs = c.epochs;
+  o.minibatches = c.minibatches;
   o.entropy_coef = c.entropy_coef;
   o.value_coef = c.value_coef;
   o.rho_bar = c.rho_bar;
@@ -179,6 +180,7 @@ int run_train(const std::vector<std::string>& args) {
       options.steps_per_update = config.steps_per_update;
       options.weight_sync_interval = config.weight_sync_interval;
       options.max_policy_lag = config.max_policy_lag;
+      options.log_interval_s = config.log_interval_s;
       LearnerLoop loop(options, transport, communicator, learner, codec, logger);
       const LearnerStats stats = loop.run();
       stats_json = cat("{\"role\": \"learner\", \"rank\": ", rank, ", \"updates\": ", stats.updates,

@@ -1,5 +1,6 @@
 #include "learner/learner.h"
 
+#include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -25,6 +26,7 @@ void validate(const LearnerOptions& o) {
   if (!(o.gae_lambda >= 0 && o.gae_lambda <= 1)) fail("gae_lambda must be in [0, 1]");
   if (!(o.clip_epsilon > 0)) fail("clip_epsilon must be > 0");
   if (o.epochs < 1) fail("epochs must be >= 1");
+  if (o.minibatches < 1) fail("minibatches must be >= 1");
   if (o.max_grad_norm < 0 || o.value_clip < 0) fail("max_grad_norm and value_clip must be >= 0");
   if (!(o.rho_bar > 0 && o.c_bar > 0)) fail("rho_bar and c_bar must be > 0");
 }
@@ -106,32 +108,50 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
 
   UpdateStats stats;
   stats.packing_efficiency = batch.packing_efficiency();
+  // Every learner takes the same number of optimizer steps (the gradient all-reduce is a
+  // collective), so a batch with fewer rows than minibatches reuses rows.
+  const int64_t rows = batch.rows();
+  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
+  bool first = true;
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
-    const PolicyWindow window = model_->evaluate(batch.observations, batch.is_init);
-    const at::Tensor log_probs = model_->log_prob(window, batch.actions);
-    const at::Tensor log_ratio = log_probs - batch.behaviour_log_probs;
-    const at::Tensor ratio = log_ratio.exp();
-    const at::Tensor surrogate = at::min(ratio * advantages,
-                                         ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * advantages);
-    const at::Tensor policy_loss = -masked_mean(surrogate, mask);
-    at::Tensor value_error = (window.values - returns).pow(2);
-    if (options_.value_clip > 0) {
-      const at::Tensor clipped = old_values + (window.values - old_values).clamp(-options_.value_clip, options_.value_clip);
-      value_error = at::max(value_error, (clipped - returns).pow(2));
-    }
-    const at::Tensor value_loss = 0.5 * masked_mean(value_error, mask);
-    const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
-    const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
-    stats.grad_norm = step_optimizer(loss);
-    if (epoch == 0) {
-      torch::NoGradGuard no_grad;
-      stats.policy_loss = policy_loss.item<double>();
-      stats.value_loss = value_loss.item<double>();
-      stats.entropy = entropy.item<double>();
-      // k3 estimator of KL(mu || pi), and how often the ratio was clipped.
-      stats.approx_kl = masked_mean((ratio - 1) - log_ratio, mask).item<double>();
-      stats.clip_fraction =
-          masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mask).item<double>();
+    const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
+    for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
+      at::Tensor index = order.slice(0, minibatch, rows, options_.minibatches);
+      if (index.numel() == 0) index = order.narrow(0, minibatch % rows, 1);
+      auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, index); };
+      const at::Tensor mb_mask = rows_of(mask);
+      const at::Tensor mb_advantages = rows_of(advantages);
+      const at::Tensor mb_returns = rows_of(returns);
+      const at::Tensor mb_old_values = rows_of(old_values);
+      const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
+      const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
+      const at::Tensor log_ratio = log_probs - rows_of(batch.behaviour_log_probs);
+      const at::Tensor ratio = log_ratio.exp();
+      const at::Tensor surrogate =
+          at::min(ratio * mb_advantages,
+                  ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * mb_advantages);
+      const at::Tensor policy_loss = -masked_mean(surrogate, mb_mask);
+      at::Tensor value_error = (window.values - mb_returns).pow(2);
+      if (options_.value_clip > 0) {
+        const at::Tensor clipped =
+            mb_old_values + (window.values - mb_old_values).clamp(-options_.value_clip, options_.value_clip);
+        value_error = at::max(value_error, (clipped - mb_returns).pow(2));
+      }
+      const at::Tensor value_loss = 0.5 * masked_mean(value_error, mb_mask);
+      const at::Tensor entropy = masked_mean(model_->entropy(window), mb_mask);
+      const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+      stats.grad_norm = step_optimizer(loss);
+      if (first) {
+        first = false;
+        torch::NoGradGuard no_grad;
+        stats.policy_loss = policy_loss.item<double>();
+        stats.value_loss = value_loss.item<double>();
+        stats.entropy = entropy.item<double>();
+        // k3 estimator of KL(mu || pi), and how often the ratio was clipped.
+        stats.approx_kl = masked_mean((ratio - 1) - log_ratio, mb_mask).item<double>();
+        stats.clip_fraction =
+            masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mb_mask).item<double>();
+      }
     }
   }
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();

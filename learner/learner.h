@@ -28,6 +28,7 @@ struct LearnerOptions {
   double clip_epsilon = 0.2;      // PPO ratio clip
   double value_clip = 0.0;        // PPO value clip around the batch-start values; 0 = off
   int64_t epochs = 4;             // PPO passes over each batch
+  int64_t minibatches = 4;        // PPO optimizer steps per epoch, each on a share of the rows
   double entropy_coef = 0.01;
   double value_coef = 0.5;
   double rho_bar = 1.0;           // V-trace

@@ -157,13 +157,16 @@ LearnerStats LearnerLoop::run() {
       double mean = 0;
       for (double r : recent_returns_) mean += r;
       mean = recent_returns_.empty() ? 0 : mean / recent_returns_.size();
-      char line[256];
+      char line[512];
       std::snprintf(line, sizeof(line),
-                    "progress: env_steps %lld (%.0f/s), updates %lld (%.2f/s), return %.2f, lag %.0f/%.1f/%.0f, queue %zu",
+                    "progress: env_steps %lld (%.0f/s), updates %lld (%.2f/s), return %.2f, lag %.0f/%.1f/%.0f, "
+                    "queue %zu, entropy %.3f, kl %.4f, clip %.3f, value_loss %.3f, packing %.2f",
                     static_cast<long long>(stats_.env_steps), (stats_.env_steps - steps_at_last_log) / seconds,
                     static_cast<long long>(stats_.updates), (stats_.updates - updates_at_last_log) / seconds, mean,
                     lag_count_ ? stats_.lag_min : 0.0, lag_count_ ? lag_sum_ / lag_count_ : 0.0, stats_.lag_max,
-                    queue_.size());
+                    queue_.size(), stats_.last_update.entropy, stats_.last_update.approx_kl,
+                    stats_.last_update.clip_fraction, stats_.last_update.value_loss,
+                    stats_.last_update.packing_efficiency);
       logger_->info(line);
       last_log = now;
       steps_at_last_log = stats_.env_steps;
