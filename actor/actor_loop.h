@@ -31,7 +31,7 @@ struct ActorStats {
 
 struct ActorLoopOptions {
   std::vector<int> learner_ranks;
-  int64_t credit_steps = 8192;  // env steps that may be in flight to each learner
+  int64_t credit_steps = 2048;  // env steps that may be in flight to each learner
   uint64_t seed = 0;
   // Fault injection for tests: replace the Nth episode sent (1-based) with corrupt bytes; 0 = off.
   int64_t corrupt_episode = 0;

@@ -51,7 +51,7 @@ struct TrainConfig {
   int64_t weight_sync_interval = 1;   // learner 0 sends weights every K updates
   int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
   // actor
-  int64_t credit_steps = 8192;        // env steps an actor may have in flight to each learner
+  int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
 
   // Parses YAML text, then applies `overrides` ("key=value"). Throws InvalidArgumentError
   // naming the key on an unknown key, a wrong type or a value out of range.

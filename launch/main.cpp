@@ -6,6 +6,7 @@
 
 #include "common/accelerator_probe.h"
 #include "common/errors.h"
+#include "common/train_config.h"
 #include "launch/env_rollout_command.h"
 #include "launch/train_command.h"
 #include "launch/transformer_demo_command.h"
@@ -22,6 +23,7 @@ constexpr const char* kUsage =
     "  train CONFIG.yaml [key=value ...]\n"
     "                                  distributed training (under mpirun; see launch/kvrl-mpirun)\n"
     "  env-rollout IN.pt OUT.pt        roll out an environment from a state with given actions\n"
+    "  config-reference                print every config key as a markdown table (docs/config.md)\n"
     "  info                            what this build and machine can run on\n"
     "  help                            show this message\n";
 
@@ -45,6 +47,10 @@ int main(int argc, char** argv) {
     if (command == "env-rollout") {
       if (args.size() != 3) return usage_error("env-rollout takes IN.pt OUT.pt");
       kvrl::run_env_rollout(args[1], args[2]);
+      return 0;
+    }
+    if (command == "config-reference") {
+      std::fputs(kvrl::TrainConfig::reference_markdown().c_str(), stdout);
       return 0;
     }
     if (command == "info") {

@@ -1,0 +1,10 @@
+# Compares docs/config.md's generated table with `kvrl config-reference`.
+execute_process(COMMAND ${KVRL_BIN} config-reference OUTPUT_VARIABLE generated RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "kvrl config-reference failed (${status})")
+endif()
+file(READ ${DOC} doc)
+string(FIND "${doc}" "${generated}" found)
+if(found EQUAL -1)
+  message(FATAL_ERROR "docs/config.md is out of date: regenerate its table with `kvrl config-reference`")
+endif()

@@ -1,0 +1,86 @@
+"""Integration tests of `kvrl train` under mpiexec: roles, accounting, weight sync,
+learner agreement, a corrupt message, and config errors. Each run is bounded in time."""
+import json
+import os
+import subprocess
+
+import pytest
+
+KVRL = os.environ.get("KVRL_BIN")
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "cartpole_ppo.yaml")
+
+
+def mpirun(ranks, *overrides, env=None, timeout=240):
+    command = ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", str(ranks), KVRL, "train", CONFIG,
+               *overrides]
+    full_env = dict(os.environ, OMPI_MCA_btl="self,vader", **(env or {}))
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def stats(run_dir, ranks):
+    return [json.load(open(os.path.join(run_dir, f"rank{r}.json"))) for r in range(ranks)]
+
+
+def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_path):
+    result = mpirun(3, f"run.dir={tmp_path}", "run.max_updates=6", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1].startswith("kvrl train: finished: env_steps=")
+    learner, *actors = stats(tmp_path, 3)
+    assert learner["updates"] == 6
+    for actor in actors:
+        assert actor["weight_updates_applied"] >= 1, actor
+        assert actor["cache_invalidations"] >= 2, actor  # the initial weights, then at least one update
+    sent = sum(a["episodes_sent"] for a in actors)
+    assert sent == learner["episodes_received"]
+    assert learner["episodes_received"] == learner["episodes_used"] + sum(learner["dropped"].values())
+    assert learner["announced_by"] == {str(a["rank"]): a["episodes_sent"] for a in actors}
+    assert os.path.exists(tmp_path / "config.yaml")
+
+
+def test_two_learners_stay_bit_identical(tmp_path):
+    result = mpirun(3, f"run.dir={tmp_path}", "learners=2", "run.max_updates=5", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second, actor = stats(tmp_path, 3)
+    assert first["updates"] == second["updates"] == 5
+    assert first["episodes_used"] > 0 and second["episodes_used"] > 0
+    assert first["parameter_checksum"] == second["parameter_checksum"]
+    assert actor["episodes_sent_to"][0] > 0 and actor["episodes_sent_to"][1] > 0
+
+
+def test_a_corrupt_episode_is_dropped_counted_and_the_run_goes_on(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=4", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000",
+                    env={"KVRL_FAULT_CORRUPT_EPISODE": "1:3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    learner, actor = stats(tmp_path, 2)
+    assert actor["corrupt_messages_injected"] == 1
+    assert learner["dropped"].get("malformed_checksum") == 1
+    assert learner["updates"] == 4
+    assert "dropped an episode message from rank 1 (checksum)" in open(tmp_path / "rank0.log").read()
+
+
+def test_an_unknown_key_stops_every_rank_before_work(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "learner.learnig_rate=0.1", timeout=60)
+    assert result.returncode == 2
+    assert "unknown config key 'learner.learnig_rate'" in result.stderr
+    assert not (tmp_path / "rank0.log").exists()
+
+
+def test_a_value_out_of_range_names_the_key(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "learner.gamma=1.5", timeout=60)
+    assert result.returncode == 2
+    assert "config key 'learner.gamma' = '1.5': expected a number in [0, 1]" in result.stderr
+
+
+def test_a_time_limit_beyond_max_seq_len_is_rejected(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "model.max_seq_len=256", timeout=60)
+    assert result.returncode == 2
+    assert "env time limit (500) + 1 exceeds model.max_seq_len (256)" in result.stderr
+
+
+def test_too_few_ranks_says_how_to_launch(tmp_path):
+    result = mpirun(1, f"run.dir={tmp_path}", timeout=60)
+    assert result.returncode == 2
+    assert "launch/kvrl-mpirun -np 3" in result.stderr
