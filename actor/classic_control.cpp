@@ -29,29 +29,32 @@ double uniform(std::mt19937_64& rng, double low, double high) {
   return std::uniform_real_distribution<double>(low, high)(rng);
 }
 
-void require_state_size(const std::string& env, std::span<const double> state, size_t size) {
-  if (state.size() != size) {
-    throw InvalidArgumentError(env + ": state has " + std::to_string(state.size()) + " values, expected " +
-                               std::to_string(size));
-  }
-}
-
 }  // namespace
 
+template <size_t N>
+void PhysicalEnvironment<N>::set_state(std::span<const double> state, std::span<float> observation) {
+  if (state.size() != N) {
+    throw InvalidArgumentError(name() + ": state has " + std::to_string(state.size()) + " values, expected " +
+                               std::to_string(N));
+  }
+  std::copy(state.begin(), state.end(), state_.begin());
+  observe(observation);
+}
+
+template class PhysicalEnvironment<2>;
+template class PhysicalEnvironment<4>;
+
 CartPole::CartPole()
-    : observation_space_(Space::box({4}, {-2 * kXThreshold, -kInf, static_cast<float>(-2 * kThetaThreshold), -kInf},
-                                    {2 * kXThreshold, kInf, static_cast<float>(2 * kThetaThreshold), kInf})),
-      action_space_(Space::discrete(2)) {}
+    : CartPole("CartPole-v1", 500,
+               Space::box({4}, {-2 * kXThreshold, -kInf, static_cast<float>(-2 * kThetaThreshold), -kInf},
+                          {2 * kXThreshold, kInf, static_cast<float>(2 * kThetaThreshold), kInf})) {}
+
+CartPole::CartPole(std::string name, int64_t time_limit, Space observation_space)
+    : PhysicalEnvironment(std::move(name), time_limit, std::move(observation_space), Space::discrete(2)) {}
 
 void CartPole::reset_dynamics(uint64_t seed, std::span<float> observation) {
   std::mt19937_64 rng(seed);
   for (double& value : state_) value = uniform(rng, -0.05, 0.05);
-  observe(observation);
-}
-
-void CartPole::set_state(std::span<const double> state, std::span<float> observation) {
-  require_state_size(name(), state, 4);
-  std::copy(state.begin(), state.end(), state_.begin());
   observe(observation);
 }
 
@@ -82,10 +85,10 @@ void CartPole::observe(std::span<float> observation) const {
   for (size_t i = 0; i < 4; ++i) observation[i] = static_cast<float>(state_[i]);
 }
 
-StatelessCartPole::StatelessCartPole() {
-  observation_space_ = Space::box({2}, {-2 * kXThreshold, static_cast<float>(-2 * kThetaThreshold)},
-                                  {2 * kXThreshold, static_cast<float>(2 * kThetaThreshold)});
-}
+StatelessCartPole::StatelessCartPole()
+    : CartPole("StatelessCartPole", 200,
+               Space::box({2}, {-2 * kXThreshold, static_cast<float>(-2 * kThetaThreshold)},
+                          {2 * kXThreshold, static_cast<float>(2 * kThetaThreshold)})) {}
 
 StepResult StatelessCartPole::step_dynamics(std::span<const float> action, std::span<float> observation) {
   StepResult result = CartPole::step_dynamics(action, observation);
@@ -119,19 +122,13 @@ double angle_normalize(double x) {
 }  // namespace
 
 Pendulum::Pendulum()
-    : observation_space_(Space::box({3}, {-1, -1, -kPendulumMaxSpeed}, {1, 1, kPendulumMaxSpeed})),
-      action_space_(Space::box({1}, {-kPendulumMaxTorque}, {kPendulumMaxTorque})) {}
+    : PhysicalEnvironment("Pendulum-v1", 200, Space::box({3}, {-1, -1, -kPendulumMaxSpeed}, {1, 1, kPendulumMaxSpeed}),
+                          Space::box({1}, {-kPendulumMaxTorque}, {kPendulumMaxTorque})) {}
 
 void Pendulum::reset_dynamics(uint64_t seed, std::span<float> observation) {
   std::mt19937_64 rng(seed);
   state_[0] = uniform(rng, -kPi, kPi);
   state_[1] = uniform(rng, -1.0, 1.0);
-  observe(observation);
-}
-
-void Pendulum::set_state(std::span<const double> state, std::span<float> observation) {
-  require_state_size(name(), state, 2);
-  std::copy(state.begin(), state.end(), state_.begin());
   observe(observation);
 }
 
@@ -205,19 +202,14 @@ double wrap(double x, double low, double high) {
 }  // namespace
 
 Acrobot::Acrobot()
-    : observation_space_(Space::box({6}, {-1, -1, -1, -1, static_cast<float>(-kMaxVel1), static_cast<float>(-kMaxVel2)},
-                                    {1, 1, 1, 1, static_cast<float>(kMaxVel1), static_cast<float>(kMaxVel2)})),
-      action_space_(Space::discrete(3)) {}
+    : PhysicalEnvironment("Acrobot-v1", 500,
+                          Space::box({6}, {-1, -1, -1, -1, static_cast<float>(-kMaxVel1), static_cast<float>(-kMaxVel2)},
+                                     {1, 1, 1, 1, static_cast<float>(kMaxVel1), static_cast<float>(kMaxVel2)}),
+                          Space::discrete(3)) {}
 
 void Acrobot::reset_dynamics(uint64_t seed, std::span<float> observation) {
   std::mt19937_64 rng(seed);
   for (double& value : state_) value = uniform(rng, -0.1, 0.1);
-  observe(observation);
-}
-
-void Acrobot::set_state(std::span<const double> state, std::span<float> observation) {
-  require_state_size(name(), state, 4);
-  std::copy(state.begin(), state.end(), state_.begin());
   observe(observation);
 }
 
@@ -262,19 +254,14 @@ constexpr double kCarGravity = 0.0025;
 }  // namespace
 
 MountainCar::MountainCar()
-    : observation_space_(Space::box({2}, {static_cast<float>(kMinPosition), static_cast<float>(-kMaxSpeed)},
-                                    {static_cast<float>(kMaxPosition), static_cast<float>(kMaxSpeed)})),
-      action_space_(Space::discrete(3)) {}
+    : PhysicalEnvironment("MountainCar-v0", 200,
+                          Space::box({2}, {static_cast<float>(kMinPosition), static_cast<float>(-kMaxSpeed)},
+                                     {static_cast<float>(kMaxPosition), static_cast<float>(kMaxSpeed)}),
+                          Space::discrete(3)) {}
 
 void MountainCar::reset_dynamics(uint64_t seed, std::span<float> observation) {
   std::mt19937_64 rng(seed);
   state_ = {uniform(rng, -0.6, -0.4), 0.0};
-  observe(observation);
-}
-
-void MountainCar::set_state(std::span<const double> state, std::span<float> observation) {
-  require_state_size(name(), state, 2);
-  std::copy(state.begin(), state.end(), state_.begin());
   observe(observation);
 }
 

@@ -13,97 +13,81 @@
 
 namespace kvrl {
 
-class CartPole : public Environment {
+// What the classic-control tasks share: a physical state of N doubles, fixed spaces, a
+// name and a time limit, and set_state() from a reference's state.
+template <size_t N>
+class PhysicalEnvironment : public Environment {
  public:
-  CartPole();
-  std::string name() const override { return "CartPole-v1"; }
+  std::string name() const override { return name_; }
   const Space& observation_space() const override { return observation_space_; }
   const Space& action_space() const override { return action_space_; }
-  int64_t time_limit() const override { return 500; }
+  int64_t time_limit() const override { return time_limit_; }
   void set_state(std::span<const double> state, std::span<float> observation) override;
 
  protected:
-  void reset_dynamics(uint64_t seed, std::span<float> observation) override;
-  StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override;
-  // Writes the observation of state_; StatelessCartPole shows only the positions.
-  virtual void observe(std::span<float> observation) const;
-  // Advances state_ by one push; returns whether the pole fell or the cart left the track.
-  bool advance(int push_right);
+  PhysicalEnvironment(std::string name, int64_t time_limit, Space observation_space, Space action_space)
+      : name_(std::move(name)), time_limit_(time_limit),
+        observation_space_(std::move(observation_space)), action_space_(std::move(action_space)) {}
+  // Writes the observation of state_.
+  virtual void observe(std::span<float> observation) const = 0;
 
-  std::array<double, 4> state_{};  // x, x_dot, theta, theta_dot
+  std::array<double, N> state_{};
+  std::string name_;
+  int64_t time_limit_;
   Space observation_space_;
   Space action_space_;
+};
+
+class CartPole : public PhysicalEnvironment<4> {  // x, x_dot, theta, theta_dot
+ public:
+  CartPole();
+
+ protected:
+  CartPole(std::string name, int64_t time_limit, Space observation_space);
+  void reset_dynamics(uint64_t seed, std::span<float> observation) override;
+  StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override;
+  void observe(std::span<float> observation) const override;
+  // Advances state_ by one push; returns whether the pole fell or the cart left the track.
+  bool advance(int push_right);
 };
 
 class StatelessCartPole : public CartPole {
  public:
   StatelessCartPole();
-  std::string name() const override { return "StatelessCartPole"; }
-  int64_t time_limit() const override { return 200; }
 
  protected:
   StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override;
   void observe(std::span<float> observation) const override;
 };
 
-class Pendulum : public Environment {
+class Pendulum : public PhysicalEnvironment<2> {  // theta, theta_dot
  public:
   Pendulum();
-  std::string name() const override { return "Pendulum-v1"; }
-  const Space& observation_space() const override { return observation_space_; }
-  const Space& action_space() const override { return action_space_; }
-  int64_t time_limit() const override { return 200; }
-  void set_state(std::span<const double> state, std::span<float> observation) override;
 
  protected:
   void reset_dynamics(uint64_t seed, std::span<float> observation) override;
   StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override;
-
- private:
-  void observe(std::span<float> observation) const;
-  std::array<double, 2> state_{};  // theta, theta_dot
-  Space observation_space_;
-  Space action_space_;
+  void observe(std::span<float> observation) const override;
 };
 
-class Acrobot : public Environment {
+class Acrobot : public PhysicalEnvironment<4> {  // theta1, theta2, dtheta1, dtheta2
  public:
   Acrobot();
-  std::string name() const override { return "Acrobot-v1"; }
-  const Space& observation_space() const override { return observation_space_; }
-  const Space& action_space() const override { return action_space_; }
-  int64_t time_limit() const override { return 500; }
-  void set_state(std::span<const double> state, std::span<float> observation) override;
 
  protected:
   void reset_dynamics(uint64_t seed, std::span<float> observation) override;
   StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override;
-
- private:
-  void observe(std::span<float> observation) const;
-  std::array<double, 4> state_{};  // theta1, theta2, dtheta1, dtheta2
-  Space observation_space_;
-  Space action_space_;
+  void observe(std::span<float> observation) const override;
 };
 
-class MountainCar : public Environment {
+class MountainCar : public PhysicalEnvironment<2> {  // position, velocity
  public:
   MountainCar();
-  std::string name() const override { return "MountainCar-v0"; }
-  const Space& observation_space() const override { return observation_space_; }
-  const Space& action_space() const override { return action_space_; }
-  int64_t time_limit() const override { return 200; }
-  void set_state(std::span<const double> state, std::span<float> observation) override;
 
  protected:
   void reset_dynamics(uint64_t seed, std::span<float> observation) override;
   StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override;
-
- private:
-  void observe(std::span<float> observation) const;
-  std::array<double, 2> state_{};  // position, velocity
-  Space observation_space_;
-  Space action_space_;
+  void observe(std::span<float> observation) const override;
 };
 
 }  // namespace kvrl
