@@ -181,6 +181,7 @@ int run_train(const std::vector<std::string>& args) {
       options.weight_sync_interval = config.weight_sync_interval;
       options.max_policy_lag = config.max_policy_lag;
       options.log_interval_s = config.log_interval_s;
+      options.metrics_path = (run_dir / "metrics.csv").string();
       LearnerLoop loop(options, transport, communicator, learner, codec, logger);
       const LearnerStats stats = loop.run();
       stats_json = cat("{\"role\": \"learner\", \"rank\": ", rank, ", \"updates\": ", stats.updates,

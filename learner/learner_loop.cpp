@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -103,6 +104,21 @@ std::vector<Episode> LearnerLoop::take_share() {
   return batch;
 }
 
+double LearnerLoop::recent_mean_return() const {
+  double total = 0;
+  for (double r : recent_returns_) total += r;
+  return recent_returns_.empty() ? 0.0 : total / static_cast<double>(recent_returns_.size());
+}
+
+void LearnerLoop::write_metrics(std::ostream& out, double wall_seconds) const {
+  const UpdateStats& u = stats_.last_update;
+  out << stats_.env_steps << ',' << stats_.updates << ',' << wall_seconds << ',' << recent_mean_return() << ','
+      << u.policy_loss << ',' << u.value_loss << ',' << u.entropy << ',' << u.approx_kl << ',' << u.clip_fraction << ','
+      << u.rho_mean << ',' << u.packing_efficiency << ',' << queue_.size() << ','
+      << (lag_count_ ? lag_sum_ / lag_count_ : 0.0) << '\n';
+  out.flush();
+}
+
 bool LearnerLoop::all_actors_done() const {
   for (int actor : options_.actor_ranks) {
     auto announced = stats_.announced_by.find(actor);
@@ -123,6 +139,13 @@ LearnerStats LearnerLoop::run() {
   const int learners = communicator_->size();
   const int64_t share = (options_.steps_per_update + learners - 1) / learners;
 
+  std::ofstream metrics;
+  if (root && !options_.metrics_path.empty()) {
+    metrics.open(options_.metrics_path, std::ios::trunc);
+    if (!metrics) throw Error("cannot write metrics to '" + options_.metrics_path + "'");
+    metrics << "env_steps,updates,wall_seconds,mean_return,policy_loss,value_loss,entropy,approx_kl,clip_fraction,"
+               "rho_mean,packing_efficiency,queue_depth,policy_lag_mean\n";
+  }
   learner_.synchronize_parameters();
   if (root) send_weights();
   while (true) {
@@ -147,6 +170,7 @@ LearnerStats LearnerLoop::run() {
       for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
       stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
       if (root && stats_.updates % options_.weight_sync_interval == 0) send_weights();
+      if (metrics.is_open()) write_metrics(metrics, std::chrono::duration<double>(Clock::now() - start).count());
     }
     const bool budget_spent = stats_.env_steps >= options_.total_env_steps ||
                               (options_.max_updates > 0 && stats_.updates >= options_.max_updates);

@@ -30,6 +30,7 @@ struct LearnerLoopOptions {
   int64_t weight_sync_interval = 1;
   int64_t max_policy_lag = 0;    // 0 = keep all
   double log_interval_s = 5.0;
+  std::string metrics_path;      // learner 0 appends one CSV row per update here; empty = none
 };
 
 struct LearnerStats {
@@ -57,6 +58,8 @@ class LearnerLoop {
   void receive(const Message& message, bool stopping);
   void grant_credit(int actor_rank, int64_t steps);
   void send_weights();
+  void write_metrics(std::ostream& out, double wall_seconds) const;
+  double recent_mean_return() const;
   std::vector<Episode> take_share();
   bool all_actors_done() const;
 
