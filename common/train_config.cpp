@@ -121,6 +121,8 @@ const std::vector<Field>& schema() {
       string_field("learner.lr_schedule", &TrainConfig::lr_schedule, {"constant", "linear"},
                    "linear decays to 0 at the planned number of updates"),
       float_field("learner.max_grad_norm", &TrainConfig::max_grad_norm, 0, 1e6, "gradient-norm clip; 0 = off"),
+      float_field("learner.reward_scale", &TrainConfig::reward_scale, 1e-9, 1e9,
+                  "rewards are multiplied by this in the losses, not in the reported returns"),
       float_field("learner.gamma", &TrainConfig::gamma, 0, 1, "discount"),
       float_field("learner.gae_lambda", &TrainConfig::gae_lambda, 0, 1, "GAE lambda (PPO)"),
       float_field("learner.clip_epsilon", &TrainConfig::clip_epsilon, 1e-6, 1, "ratio clip (PPO)"),

@@ -37,6 +37,7 @@ struct TrainConfig {
   double learning_rate = 3e-4;
   std::string lr_schedule = "constant";
   double max_grad_norm = 0.5;
+  double reward_scale = 1.0;
   double gamma = 0.99;
   double gae_lambda = 0.95;
   double clip_epsilon = 0.2;

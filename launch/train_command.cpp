@@ -54,6 +54,7 @@ LearnerOptions learner_options(const TrainConfig& c) {
   o.planned_updates = (c.total_env_steps + c.steps_per_update - 1) / c.steps_per_update;
   if (c.max_updates > 0) o.planned_updates = std::min(o.planned_updates, c.max_updates);
   o.max_grad_norm = c.max_grad_norm;
+  o.reward_scale = c.reward_scale;
   o.gamma = c.gamma;
   o.gae_lambda = c.gae_lambda;
   o.clip_epsilon = c.clip_epsilon;

@@ -23,6 +23,7 @@ void validate(const LearnerOptions& o) {
   }
   if (!(o.learning_rate > 0)) fail("learning_rate must be > 0");
   if (!(o.gamma >= 0 && o.gamma <= 1)) fail("gamma must be in [0, 1]");
+  if (!(o.reward_scale > 0)) fail("reward_scale must be > 0");
   if (!(o.gae_lambda >= 0 && o.gae_lambda <= 1)) fail("gae_lambda must be in [0, 1]");
   if (!(o.clip_epsilon > 0)) fail("clip_epsilon must be > 0");
   if (o.epochs < 1) fail("epochs must be >= 1");
@@ -96,7 +97,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       const at::Tensor row_values = old_values[slot.row];
       const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
       advantages[slot.row].narrow(0, slot.offset, slot.length)
-          .copy_(generalized_advantages(batch.rewards[slot.row].narrow(0, slot.offset, slot.length),
+          .copy_(generalized_advantages(batch.rewards[slot.row].narrow(0, slot.offset, slot.length) * options_.reward_scale,
                                         row_values.narrow(0, slot.offset, slot.length), bootstrap, options_.gamma,
                                         options_.gae_lambda));
     }
@@ -173,7 +174,7 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
     for (const EpisodeSlot& slot : batch.slots) {
       const double bootstrap = slot.terminated ? 0.0 : values[slot.row][slot.offset + slot.length].item<double>();
       auto steps = [&](const at::Tensor& t) { return t[slot.row].narrow(0, slot.offset, slot.length); };
-      const VTraceTargets targets = vtrace_targets(steps(batch.rewards), steps(values), bootstrap, steps(log_rhos),
+      const VTraceTargets targets = vtrace_targets(steps(batch.rewards) * options_.reward_scale, steps(values), bootstrap, steps(log_rhos),
                                                    options_.gamma, options_.rho_bar, options_.c_bar);
       steps(vs).copy_(targets.vs);
       steps(pg_advantages).copy_(targets.pg_advantages);

@@ -23,6 +23,7 @@ struct LearnerOptions {
   std::string lr_schedule = "constant";  // "constant" or "linear" (to 0 at planned_updates)
   int64_t planned_updates = 0;    // for the linear schedule
   double max_grad_norm = 0.5;     // clip the global gradient norm; 0 = off
+  double reward_scale = 1.0;      // rewards are multiplied by this for the losses (not the stats)
   double gamma = 0.99;
   double gae_lambda = 0.95;       // PPO
   double clip_epsilon = 0.2;      // PPO ratio clip

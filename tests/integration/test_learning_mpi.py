@@ -1,6 +1,7 @@
 """Learning regression guard: PPO on CartPole-v1 with the main job's config, 1 learner
 and 2 actors, fixed seed, 300k env steps. The issue's target (mean return >= 450) is not
-reached yet (about 250 at this budget, docs/training.md); this guards what is reached,
+reliably reached yet (447 at this budget with seed 1, 421 and 487 at 400k with seeds 2
+and 3: docs/training.md); this guards what is reached,
 so a change that breaks learning fails here."""
 import json
 import os
@@ -18,4 +19,4 @@ def test_ppo_improves_cartpole_well_beyond_random(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     learner = json.load(open(tmp_path / "rank0.json"))
     # A uniformly random policy averages about 22 on CartPole-v1.
-    assert learner["mean_return"] >= 120, learner
+    assert learner["mean_return"] >= 300, learner
