@@ -26,6 +26,8 @@ struct Episode {
 
   int64_t length() const { return static_cast<int64_t>(rewards.size()); }
   double episode_return() const;
+  // The oldest policy version that acted in the episode: its policy lag is measured from it.
+  int64_t oldest_policy_version() const;
 };
 
 }  // namespace kvrl

@@ -1,5 +1,6 @@
 #include "common/episode_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -108,6 +109,10 @@ double Episode::episode_return() const {
   double total = 0;
   for (float reward : rewards) total += reward;
   return total;
+}
+
+int64_t Episode::oldest_policy_version() const {
+  return policy_versions.empty() ? 0 : *std::min_element(policy_versions.begin(), policy_versions.end());
 }
 
 EpisodeCodec::EpisodeCodec(EpisodeSpec spec) : spec_(spec) {

@@ -6,7 +6,7 @@
 
 #include "common/accelerator_probe.h"
 #include "common/errors.h"
-#include "common/train_config.h"
+#include "launch/train_config.h"
 #include "launch/env_rollout_command.h"
 #include "launch/train_command.h"
 #include "launch/transformer_demo_command.h"

@@ -18,7 +18,7 @@
 #include "common/logger.h"
 #include "common/mpi_check.h"
 #include "common/mpi_transport.h"
-#include "common/train_config.h"
+#include "launch/train_config.h"
 #include "learner/learner_loop.h"
 
 namespace kvrl {
@@ -44,28 +44,6 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs}, env.observation_space(),
                     env.action_space());
   return options;
-}
-
-LearnerOptions learner_options(const TrainConfig& c) {
-  LearnerOptions o;
-  o.algorithm = c.algorithm;
-  o.learning_rate = c.learning_rate;
-  o.lr_schedule = c.lr_schedule;
-  o.planned_updates = (c.total_env_steps + c.steps_per_update - 1) / c.steps_per_update;
-  if (c.max_updates > 0) o.planned_updates = std::min(o.planned_updates, c.max_updates);
-  o.max_grad_norm = c.max_grad_norm;
-  o.reward_scale = c.reward_scale;
-  o.gamma = c.gamma;
-  o.gae_lambda = c.gae_lambda;
-  o.clip_epsilon = c.clip_epsilon;
-  o.value_clip = c.value_clip;
-  o.epochs = c.epochs;
-  o.minibatches = c.minibatches;
-  o.entropy_coef = c.entropy_coef;
-  o.value_coef = c.value_coef;
-  o.rho_bar = c.rho_bar;
-  o.c_bar = c.c_bar;
-  return o;
 }
 
 std::string json_counts(const std::map<std::string, int64_t>& counts) {
@@ -173,7 +151,7 @@ int run_train(const std::vector<std::string>& args) {
     std::string stats_json;
     if (is_learner) {
       auto communicator = std::make_shared<MpiCommunicator>(learner_comm);
-      Learner learner(model, learner_options(config), communicator);
+      Learner learner(model, config.learner_options(), communicator);
       LearnerLoopOptions options;
       options.actor_ranks = roles.actors;
       options.total_env_steps = config.total_env_steps;

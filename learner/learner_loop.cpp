@@ -77,8 +77,7 @@ void LearnerLoop::receive(const Message& message, bool stopping) {
       throw MalformedMessageError(MalformedMessageError::Reason::kContent,
                                   "episode claims actor rank " + std::to_string(episode.actor_rank));
     }
-    const int64_t oldest = *std::min_element(episode.policy_versions.begin(), episode.policy_versions.end());
-    if (options_.max_policy_lag > 0 && policy_version_ - oldest > options_.max_policy_lag) {
+    if (options_.max_policy_lag > 0 && policy_version_ - episode.oldest_policy_version() > options_.max_policy_lag) {
       drop("policy_lag", episode.length());
       return;
     }
@@ -91,8 +90,7 @@ void LearnerLoop::receive(const Message& message, bool stopping) {
   }
 }
 
-std::vector<Episode> LearnerLoop::take_share() {
-  const int64_t share = (options_.steps_per_update + communicator_->size() - 1) / communicator_->size();
+std::vector<Episode> LearnerLoop::take_share(int64_t share) {
   std::vector<Episode> batch;
   int64_t steps = 0;
   while (!queue_.empty() && steps < share) {
@@ -152,10 +150,9 @@ LearnerStats LearnerLoop::run() {
     while (auto message = transport_.poll()) receive(*message, /*stopping=*/false);
     const bool all_ready = communicator_->all_reduce_sum(queued_steps_ >= share ? 1.0 : 0.0) == learners;
     if (all_ready) {
-      std::vector<Episode> batch = take_share();
+      std::vector<Episode> batch = take_share(share);
       for (const Episode& e : batch) {
-        const int64_t oldest = *std::min_element(e.policy_versions.begin(), e.policy_versions.end());
-        const double lag = static_cast<double>(policy_version_ - oldest);
+        const double lag = static_cast<double>(policy_version_ - e.oldest_policy_version());
         stats_.lag_min = std::min(stats_.lag_min, lag);
         stats_.lag_max = std::max(stats_.lag_max, lag);
         lag_sum_ += lag;

@@ -60,7 +60,8 @@ class LearnerLoop {
   void send_weights();
   void write_metrics(std::ostream& out, double wall_seconds) const;
   double recent_mean_return() const;
-  std::vector<Episode> take_share();
+  // Takes queued episodes, oldest first, until they hold `share` steps.
+  std::vector<Episode> take_share(int64_t share);
   bool all_actors_done() const;
 
   LearnerLoopOptions options_;

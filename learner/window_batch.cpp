@@ -45,8 +45,7 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
     while (row < row_used.size() && row_used[row] + tokens > width) ++row;
     if (row == row_used.size()) row_used.push_back(0);
     const Episode& e = episodes[index];
-    slots[index] = {static_cast<int64_t>(row), row_used[row], e.length(), static_cast<bool>(e.terminated.back()),
-                    *std::min_element(e.policy_versions.begin(), e.policy_versions.end())};
+    slots[index] = {static_cast<int64_t>(row), row_used[row], e.length(), static_cast<bool>(e.terminated.back())};
     row_used[row] += tokens;
   }
 

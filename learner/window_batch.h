@@ -17,7 +17,6 @@ struct EpisodeSlot {
   int64_t offset = 0;  // first step's column
   int64_t length = 0;  // steps; the final observation sits at offset + length
   bool terminated = false;
-  int64_t policy_lag_base = 0;  // the oldest policy version that acted in the episode
 };
 
 struct WindowBatch {

@@ -1,7 +1,8 @@
-#include "common/train_config.h"
+#include "launch/train_config.h"
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -26,7 +27,10 @@ struct Field {
   throw InvalidArgumentError("config key '" + key + "' = '" + text + "': " + allowed);
 }
 
-Field int_field(std::string key, int64_t TrainConfig::*member, int64_t low, int64_t high, std::string doc) {
+// Each builder takes `member`, a generic lambda returning a reference to the field, so
+// top-level and nested (learner.*) fields are addressed the same way.
+template <typename Member>
+Field int_field(std::string key, Member member, int64_t low, int64_t high, std::string doc) {
   const std::string allowed = "an integer in [" + std::to_string(low) + ", " +
                               (high == std::numeric_limits<int64_t>::max() ? std::string("inf") : std::to_string(high)) + "]";
   return {key, "int", allowed, std::move(doc),
@@ -39,12 +43,13 @@ Field int_field(std::string key, int64_t TrainConfig::*member, int64_t low, int6
               fail(k, text, "expected " + allowed);
             }
             if (used != text.size() || value < low || value > high) fail(k, text, "expected " + allowed);
-            c.*member = value;
+            member(c) = value;
           },
-          [=](const TrainConfig& c) { return std::to_string(c.*member); }};
+          [=](const TrainConfig& c) { return std::to_string(member(c)); }};
 }
 
-Field float_field(std::string key, double TrainConfig::*member, double low, double high, std::string doc) {
+template <typename Member>
+Field float_field(std::string key, Member member, double low, double high, std::string doc) {
   std::ostringstream range;
   range << "a number in [" << low << ", " << high << "]";
   const std::string allowed = range.str();
@@ -60,26 +65,28 @@ Field float_field(std::string key, double TrainConfig::*member, double low, doub
             if (used != text.size() || !std::isfinite(value) || value < low || value > high) {
               fail(k, text, "expected " + allowed);
             }
-            c.*member = value;
+            member(c) = value;
           },
           [=](const TrainConfig& c) {
             std::ostringstream out;
-            out << c.*member;
+            out << member(c);
             return out.str();
           }};
 }
 
-Field bool_field(std::string key, bool TrainConfig::*member, std::string doc) {
+template <typename Member>
+Field bool_field(std::string key, Member member, std::string doc) {
   return {key, "bool", "true or false", std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
-            if (text == "true") c.*member = true;
-            else if (text == "false") c.*member = false;
+            if (text == "true") member(c) = true;
+            else if (text == "false") member(c) = false;
             else fail(k, text, "expected true or false");
           },
-          [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); }};
+          [=](const TrainConfig& c) { return std::string(member(c) ? "true" : "false"); }};
 }
 
-Field string_field(std::string key, std::string TrainConfig::*member, std::vector<std::string> choices, std::string doc) {
+template <typename Member>
+Field string_field(std::string key, Member member, std::vector<std::string> choices, std::string doc) {
   std::string allowed = "any string";
   if (!choices.empty()) {
     allowed = "one of";
@@ -90,56 +97,56 @@ Field string_field(std::string key, std::string TrainConfig::*member, std::vecto
             if (!choices.empty() && std::find(choices.begin(), choices.end(), text) == choices.end()) {
               fail(k, text, "expected " + allowed);
             }
-            c.*member = text;
+            member(c) = text;
           },
-          [=](const TrainConfig& c) { return c.*member; }};
+          [=](const TrainConfig& c) { return member(c); }};
 }
 
 const std::vector<Field>& schema() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   static const std::vector<Field> fields{
-      int_field("run.seed", &TrainConfig::seed, 0, kMax, "seeds environments, action sampling and initial weights"),
-      int_field("run.total_env_steps", &TrainConfig::total_env_steps, 1, kMax,
+      int_field("run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax, "seeds environments, action sampling and initial weights"),
+      int_field("run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
                 "stop once this many environment steps reached the learners"),
-      int_field("run.max_updates", &TrainConfig::max_updates, 0, kMax, "also stop after this many updates; 0 = no limit"),
-      string_field("run.dir", &TrainConfig::run_dir, {}, "run directory: logs, effective config, per-rank stats"),
-      float_field("run.log_interval_s", &TrainConfig::log_interval_s, 0.01, 86400, "seconds between progress lines"),
-      int_field("learners", &TrainConfig::learners, 1, 1024, "learner ranks (the lowest ranks); the other ranks act"),
-      string_field("env.name", &TrainConfig::env_name, {}, "a built-in environment (see docs/environments.md)"),
-      string_field("env.plugin", &TrainConfig::env_plugin, {}, "path of an environment plugin; replaces env.name"),
-      int_field("env.num_envs", &TrainConfig::num_envs, 1, 65536, "environments stepped together by each actor"),
-      int_field("model.hidden_size", &TrainConfig::hidden_size, 1, 65536, "transformer width"),
-      int_field("model.num_layers", &TrainConfig::num_layers, 1, 256, "transformer blocks"),
-      int_field("model.num_heads", &TrainConfig::num_heads, 1, 1024, "attention heads; must divide hidden_size"),
-      int_field("model.max_seq_len", &TrainConfig::max_seq_len, 2, 1 << 20,
+      int_field("run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax, "also stop after this many updates; 0 = no limit"),
+      string_field("run.dir", [](auto& c) -> auto& { return c.run_dir; }, {}, "run directory: logs, effective config, per-rank stats"),
+      float_field("run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400, "seconds between progress lines"),
+      int_field("learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024, "learner ranks (the lowest ranks); the other ranks act"),
+      string_field("env.name", [](auto& c) -> auto& { return c.env_name; }, {}, "a built-in environment (see docs/environments.md)"),
+      string_field("env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {}, "path of an environment plugin; replaces env.name"),
+      int_field("env.num_envs", [](auto& c) -> auto& { return c.num_envs; }, 1, 65536, "environments stepped together by each actor"),
+      int_field("model.hidden_size", [](auto& c) -> auto& { return c.hidden_size; }, 1, 65536, "transformer width"),
+      int_field("model.num_layers", [](auto& c) -> auto& { return c.num_layers; }, 1, 256, "transformer blocks"),
+      int_field("model.num_heads", [](auto& c) -> auto& { return c.num_heads; }, 1, 1024, "attention heads; must divide hidden_size"),
+      int_field("model.max_seq_len", [](auto& c) -> auto& { return c.max_seq_len; }, 2, 1 << 20,
                 "positions and cache slots; must exceed the environment's time limit"),
-      int_field("model.dim_feedforward", &TrainConfig::dim_feedforward, 0, 1 << 20, "MLP width; 0 = 4 * hidden_size"),
-      bool_field("model.temporal_context", &TrainConfig::temporal_context,
+      int_field("model.dim_feedforward", [](auto& c) -> auto& { return c.dim_feedforward; }, 0, 1 << 20, "MLP width; 0 = 4 * hidden_size"),
+      bool_field("model.temporal_context", [](auto& c) -> auto& { return c.temporal_context; },
                  "false: every step sees only its own observation (the memoryless baseline)"),
-      string_field("learner.algorithm", &TrainConfig::algorithm, {"ppo", "vtrace"}, "the loss"),
-      float_field("learner.learning_rate", &TrainConfig::learning_rate, 1e-8, 1.0, "Adam step size"),
-      string_field("learner.lr_schedule", &TrainConfig::lr_schedule, {"constant", "linear"},
+      string_field("learner.algorithm", [](auto& c) -> auto& { return c.learner.algorithm; }, {"ppo", "vtrace"}, "the loss"),
+      float_field("learner.learning_rate", [](auto& c) -> auto& { return c.learner.learning_rate; }, 1e-8, 1.0, "Adam step size"),
+      string_field("learner.lr_schedule", [](auto& c) -> auto& { return c.learner.lr_schedule; }, {"constant", "linear"},
                    "linear decays to 0 at the planned number of updates"),
-      float_field("learner.max_grad_norm", &TrainConfig::max_grad_norm, 0, 1e6, "gradient-norm clip; 0 = off"),
-      float_field("learner.reward_scale", &TrainConfig::reward_scale, 1e-9, 1e9,
+      float_field("learner.max_grad_norm", [](auto& c) -> auto& { return c.learner.max_grad_norm; }, 0, 1e6, "gradient-norm clip; 0 = off"),
+      float_field("learner.reward_scale", [](auto& c) -> auto& { return c.learner.reward_scale; }, 1e-9, 1e9,
                   "rewards are multiplied by this in the losses, not in the reported returns"),
-      float_field("learner.gamma", &TrainConfig::gamma, 0, 1, "discount"),
-      float_field("learner.gae_lambda", &TrainConfig::gae_lambda, 0, 1, "GAE lambda (PPO)"),
-      float_field("learner.clip_epsilon", &TrainConfig::clip_epsilon, 1e-6, 1, "ratio clip (PPO)"),
-      float_field("learner.value_clip", &TrainConfig::value_clip, 0, 1e6, "value clip (PPO); 0 = off"),
-      int_field("learner.epochs", &TrainConfig::epochs, 1, 1000, "passes over each batch (PPO)"),
-      int_field("learner.minibatches", &TrainConfig::minibatches, 1, 1 << 16,
+      float_field("learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount"),
+      float_field("learner.gae_lambda", [](auto& c) -> auto& { return c.learner.gae_lambda; }, 0, 1, "GAE lambda (PPO)"),
+      float_field("learner.clip_epsilon", [](auto& c) -> auto& { return c.learner.clip_epsilon; }, 1e-6, 1, "ratio clip (PPO)"),
+      float_field("learner.value_clip", [](auto& c) -> auto& { return c.learner.value_clip; }, 0, 1e6, "value clip (PPO); 0 = off"),
+      int_field("learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000, "passes over each batch (PPO)"),
+      int_field("learner.minibatches", [](auto& c) -> auto& { return c.learner.minibatches; }, 1, 1 << 16,
                 "optimizer steps per epoch, each on a share of the batch's rows (PPO)"),
-      float_field("learner.entropy_coef", &TrainConfig::entropy_coef, 0, 10, "entropy bonus weight"),
-      float_field("learner.value_coef", &TrainConfig::value_coef, 0, 100, "value loss weight"),
-      float_field("learner.rho_bar", &TrainConfig::rho_bar, 1e-6, 1e6, "importance-weight clip (V-trace)"),
-      float_field("learner.c_bar", &TrainConfig::c_bar, 1e-6, 1e6, "trace clip (V-trace)"),
-      int_field("learner.steps_per_update", &TrainConfig::steps_per_update, 1, kMax, "env steps per update, all learners"),
-      int_field("learner.weight_sync_interval", &TrainConfig::weight_sync_interval, 1, kMax,
+      float_field("learner.entropy_coef", [](auto& c) -> auto& { return c.learner.entropy_coef; }, 0, 10, "entropy bonus weight"),
+      float_field("learner.value_coef", [](auto& c) -> auto& { return c.learner.value_coef; }, 0, 100, "value loss weight"),
+      float_field("learner.rho_bar", [](auto& c) -> auto& { return c.learner.rho_bar; }, 1e-6, 1e6, "importance-weight clip (V-trace)"),
+      float_field("learner.c_bar", [](auto& c) -> auto& { return c.learner.c_bar; }, 1e-6, 1e6, "trace clip (V-trace)"),
+      int_field("learner.steps_per_update", [](auto& c) -> auto& { return c.steps_per_update; }, 1, kMax, "env steps per update, all learners"),
+      int_field("learner.weight_sync_interval", [](auto& c) -> auto& { return c.weight_sync_interval; }, 1, kMax,
                 "learner 0 sends weights to the actors every K updates"),
-      int_field("learner.max_policy_lag", &TrainConfig::max_policy_lag, 0, kMax,
+      int_field("learner.max_policy_lag", [](auto& c) -> auto& { return c.max_policy_lag; }, 0, kMax,
                 "drop episodes acted on by weights older than this many versions; 0 = keep all"),
-      int_field("actor.credit_steps", &TrainConfig::credit_steps, 1, int64_t{1} << 40,
+      int_field("actor.credit_steps", [](auto& c) -> auto& { return c.credit_steps; }, 1, int64_t{1} << 40,
                 "env steps an actor may have in flight to each learner (flow control)"),
   };
   return fields;
@@ -207,6 +214,13 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
                                ") must divide model.hidden_size (" + std::to_string(config.hidden_size) + ")");
   }
   return config;
+}
+
+LearnerOptions TrainConfig::learner_options() const {
+  LearnerOptions options = learner;
+  options.planned_updates = (total_env_steps + steps_per_update - 1) / steps_per_update;
+  if (max_updates > 0) options.planned_updates = std::min(options.planned_updates, max_updates);
+  return options;
 }
 
 TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {

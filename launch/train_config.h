@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "learner/learner.h"
+
 namespace kvrl {
 
 struct TrainConfig {
@@ -32,27 +34,16 @@ struct TrainConfig {
   int64_t max_seq_len = 512;          // must exceed the environment's time limit
   int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
   bool temporal_context = true;       // false: each step sees only its own observation
-  // learner
-  std::string algorithm = "ppo";
-  double learning_rate = 3e-4;
-  std::string lr_schedule = "constant";
-  double max_grad_norm = 0.5;
-  double reward_scale = 1.0;
-  double gamma = 0.99;
-  double gae_lambda = 0.95;
-  double clip_epsilon = 0.2;
-  double value_clip = 0.0;
-  int64_t epochs = 4;
-  int64_t minibatches = 4;
-  double entropy_coef = 0.01;
-  double value_coef = 0.5;
-  double rho_bar = 1.0;
-  double c_bar = 1.0;
+  // learner: the loss and optimizer options (planned_updates is derived from the budget)
+  LearnerOptions learner;
   int64_t steps_per_update = 4096;    // env steps per update, over all learners
   int64_t weight_sync_interval = 1;   // learner 0 sends weights every K updates
   int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
   // actor
   int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
+
+  // The learner's options with planned_updates derived from the run's budget.
+  LearnerOptions learner_options() const;
 
   // Parses YAML text, then applies `overrides` ("key=value"). Throws InvalidArgumentError
   // naming the key on an unknown key, a wrong type or a value out of range.
