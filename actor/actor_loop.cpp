@@ -1,6 +1,8 @@
 #include "actor/actor_loop.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <chrono>
@@ -59,11 +61,7 @@ void ActorLoop::handle(const Message& message) {
       try {
         const WeightsMessage weights = WeightsCodec::decode(message.bytes, parameter_count_);
         if (weights.policy_version <= stats_.policy_version) break;  // an older broadcast overtaken by a newer one
-        WeightsCodec::apply(weights, parameters_);
-        model_->mark_weight_update();
-        ++stats_.cache_invalidations;
-        if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
-        stats_.policy_version = weights.policy_version;
+        apply_weights(weights);
       } catch (const MalformedMessageError& error) {
         logger_->error(cat("dropping a weights message from rank ", message.source, ": ", error.what()));
       }
@@ -73,6 +71,34 @@ void ActorLoop::handle(const Message& message) {
       logger_->warn(cat("dropping a message with unexpected tag ", static_cast<int>(message.tag), " from rank ",
                         message.source));
   }
+}
+
+void ActorLoop::apply_weights(const WeightsMessage& weights) {
+  WeightsCodec::apply(weights, parameters_);
+  ++stats_.cache_invalidations;
+  if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
+  stats_.policy_version = weights.policy_version;
+  if (!options_.keep_context_on_update || open_.empty()) {
+    model_->mark_weight_update();
+    return;
+  }
+  const int64_t obs_size = env_.observation_size();
+  const int64_t streams = static_cast<int64_t>(open_.size());
+  int64_t longest = 0;
+  // Observations are recorded before the step they act on, so they count the steps taken.
+  auto steps_taken = [&](const Episode& e) { return static_cast<int64_t>(e.observations.size()) / obs_size; };
+  for (const Episode& e : open_) longest = std::max(longest, steps_taken(e));
+  at::Tensor observations = at::zeros({streams, longest, obs_size}, at::kFloat);
+  at::Tensor lengths = at::empty({streams}, at::kLong);
+  for (int64_t i = 0; i < streams; ++i) {
+    const Episode& e = open_[i];
+    lengths[i] = steps_taken(e);
+    if (!e.observations.empty()) {
+      std::memcpy(observations[i].data_ptr<float>(), e.observations.data(), e.observations.size() * sizeof(float));
+    }
+    stats_.context_steps_rebuilt += steps_taken(e);
+  }
+  model_->mark_weight_update_keeping_context(observations, lengths);
 }
 
 bool ActorLoop::ship_outbox() {

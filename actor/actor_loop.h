@@ -16,6 +16,7 @@
 #include "common/episode_codec.h"
 #include "common/logger.h"
 #include "common/mpi_transport.h"
+#include "common/weights_codec.h"
 
 namespace kvrl {
 
@@ -24,6 +25,7 @@ struct ActorStats {
   int64_t episodes_sent = 0;
   int64_t weight_updates_applied = 0;  // new versions applied after the initial weights
   int64_t cache_invalidations = 0;     // mark_weight_update() calls
+  int64_t context_steps_rebuilt = 0;   // steps re-encoded to keep context across updates
   int64_t policy_version = -1;         // the version acting at the end
   int64_t corrupt_messages_injected = 0;
   std::vector<int64_t> episodes_sent_to;  // per learner
@@ -33,6 +35,9 @@ struct ActorLoopOptions {
   std::vector<int> learner_ranks;
   int64_t credit_steps = 2048;  // env steps that may be in flight to each learner
   uint64_t seed = 0;
+  // After new weights, rebuild each stream's cache from its episode so far (true), or
+  // restart every stream's context as the reference's mark_weight_update() does (false).
+  bool keep_context_on_update = true;
   // Fault injection for tests: replace the Nth episode sent (1-based) with corrupt bytes; 0 = off.
   int64_t corrupt_episode = 0;
 };
@@ -47,6 +52,7 @@ class ActorLoop {
  private:
   void handle(const Message& message);
   void record_step(const PolicyStep& step);
+  void apply_weights(const WeightsMessage& weights);
   bool ship_outbox();  // returns whether everything was sent
 
   ActorLoopOptions options_;

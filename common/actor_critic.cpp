@@ -59,6 +59,12 @@ PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is
   return step;
 }
 
+void ActorCritic::mark_weight_update_keeping_context(const at::Tensor& observations, const at::Tensor& lengths) {
+  trunk_->mark_weight_update();
+  // Without temporal context every step restarts its stream: there is no context to keep.
+  if (options_.temporal_context) trunk_->prefill(observations, lengths);
+}
+
 PolicyWindow ActorCritic::evaluate(const at::Tensor& observations, const at::Tensor& is_init) {
   const at::Tensor features = trunk_->window(observations, context_flags(is_init));
   return {policy_head_->forward(features), value_head_->forward(features).squeeze(-1)};

@@ -56,6 +56,9 @@ class ActorCritic : public torch::nn::Module {
 
   // After new weights: restarts every stream's cache (TransformerModule::mark_weight_update).
   void mark_weight_update() { trunk_->mark_weight_update(); }
+  // After new weights: discards the cache, then rebuilds it from each stream's steps so far
+  // in its episode (observations [B, T, O], lengths [B]), so streams keep their context.
+  void mark_weight_update_keeping_context(const at::Tensor& observations, const at::Tensor& lengths);
   TransformerModule& trunk() { return *trunk_; }
   const ActorCriticOptions& options() const { return options_; }
   int64_t action_size() const { return options_.discrete ? 1 : options_.num_outputs; }

@@ -44,6 +44,14 @@ class Backbone : public torch::nn::Module {
   virtual std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
                                                   const at::Tensor& mask) = 0;
 
+  // Rebuilds, in place, every stream's cache from the first T steps of its current
+  // episode: features [B, T, input_size] hold them at positions 0..T-1 (a stream with
+  // fewer steps is padded at the end; slots past its own length are written but never
+  // read, since the next step overwrites them before attending). Used after new weights
+  // so streams keep their context instead of restarting. The default replays the steps
+  // through the cached-step path; a backbone may compute it as one window.
+  virtual void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache);
+
   virtual int64_t num_layers() const = 0;
   virtual int64_t num_heads() const = 0;
   virtual int64_t head_dim() const = 0;

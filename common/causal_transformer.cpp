@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/dropout.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
 #include <string>
@@ -56,16 +57,21 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_head
                                                       torch::nn::Dropout(dropout)));
 }
 
-at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask) {
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
+                                         at::Tensor* layer_keys, at::Tensor* layer_values) {
   const int64_t batch = h.size(0);
   const int64_t t = h.size(1);
   auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
   auto heads = [&](const at::Tensor& x) {
     return x.view({batch, t, num_heads_, head_dim_}).transpose(1, 2);
   };
-  at::Tensor attention =
-      at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), attn_mask);
-  return attend(h, attention);
+  const at::Tensor keys = heads(qkv[1]);
+  const at::Tensor values = heads(qkv[2]);
+  if (layer_keys != nullptr && layer_values != nullptr) {
+    layer_keys->narrow(/*dim=*/2, 0, t).copy_(keys.detach());
+    layer_values->narrow(/*dim=*/2, 0, t).copy_(values.detach());
+  }
+  return attend(h, at::scaled_dot_product_attention(heads(qkv[0]), keys, values, attn_mask));
 }
 
 at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
@@ -153,18 +159,46 @@ BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::
                                std::to_string(features.size(1)) +
                                ". Pass kv_cache=None to process a window.");
   }
-  auto* cache = dynamic_cast<CausalTransformerKvCache*>(kv_cache.get());
+  CausalTransformerKvCache& cache = cache_of(kv_cache.get(), features.size(0));
+  BackboneOutput out = forward_cached_step(std::move(h), positions.squeeze(-1), max_position, cache);
+  out.kv_cache = std::move(kv_cache);
+  return out;
+}
+
+CausalTransformerKvCache& CausalTransformer::cache_of(KvCache* kv_cache, int64_t batch_size) const {
+  auto* cache = dynamic_cast<CausalTransformerKvCache*>(kv_cache);
   if (cache == nullptr) {
     throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
   }
-  if (cache->keys.size(0) != features.size(0)) {
+  if (cache->keys.size(0) != batch_size) {
     throw InvalidArgumentError("kv_cache holds " + std::to_string(cache->keys.size(0)) +
-                               " streams but the batch has " + std::to_string(features.size(0)) +
-                               ".");
+                               " streams but the batch has " + std::to_string(batch_size) + ".");
   }
-  BackboneOutput out = forward_cached_step(std::move(h), positions.squeeze(-1), max_position, *cache);
-  out.kv_cache = std::move(kv_cache);
-  return out;
+  return *cache;
+}
+
+void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
+  if (features.dim() != 3 || features.size(-1) != options_.input_size) {
+    throw InvalidArgumentError("prefill features must have shape [B, T, input_size=" +
+                               std::to_string(options_.input_size) + "], got " +
+                               c10::str(features.sizes()) + ".");
+  }
+  CausalTransformerKvCache& cache = cache_of(&kv_cache, features.size(0));
+  const int64_t t = features.size(1);
+  if (t == 0) return;
+  const at::Tensor positions =
+      at::arange(t, features.options().dtype(at::kLong)).expand({features.size(0), t});
+  check_positions(positions);
+  torch::NoGradGuard no_grad;
+  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
+  const at::Tensor attn_mask = at::ones({t, t}, features.options().dtype(at::kBool)).tril();
+  // Under autocast the cache keeps its own dtype: the copy casts on write, as the step does.
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    at::Tensor layer_keys = cache.keys.select(1, layer);
+    at::Tensor layer_values = cache.values.select(1, layer);
+    h = block_list_[layer]->forward(h, attn_mask, &layer_keys, &layer_values);
+  }
+  cache.high_water = std::max(cache.high_water, t);
 }
 
 BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Tensor& positions,

@@ -45,8 +45,11 @@ class TransformerBlockImpl : public torch::nn::Module {
   TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward,
                        double dropout);
 
-  // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T].
-  at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask);
+  // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T]. With
+  // layer_keys/layer_values ([B, heads, max_seq_len, head_dim]) it also writes the
+  // window's keys and values into their first T slots (cache prefill).
+  at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask,
+                     at::Tensor* layer_keys = nullptr, at::Tensor* layer_values = nullptr);
 
   // Cached-step path: writes this step's keys and values into layer_keys/layer_values
   // ([B, heads, max_seq_len, head_dim]) at (batch_index, positions), then attends over
@@ -83,6 +86,8 @@ class CausalTransformer : public Backbone {
                                         std::optional<c10::ScalarType> dtype) override;
   std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
                                           const at::Tensor& mask) override;
+  // One causal window over the steps instead of a replay, step by step.
+  void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) override;
 
   int64_t num_layers() const override { return options_.num_layers; }
   int64_t num_heads() const override { return options_.num_heads; }
@@ -97,6 +102,7 @@ class CausalTransformer : public Backbone {
  private:
   // Returns the largest position; throws SequenceTooLongError at or beyond max_seq_len.
   int64_t check_positions(const at::Tensor& positions) const;
+  CausalTransformerKvCache& cache_of(KvCache* kv_cache, int64_t batch_size) const;
   BackboneOutput forward_cached_step(at::Tensor h, const at::Tensor& positions,
                                      int64_t max_position, CausalTransformerKvCache& cache);
 

@@ -171,6 +171,28 @@ at::Tensor TransformerModule::step(const at::Tensor& value, const at::Tensor& is
   return result.out.view(out_shape);
 }
 
+void TransformerModule::prefill(const at::Tensor& value, const at::Tensor& lengths) {
+  if (value.dim() != 3) {
+    throw InvalidArgumentError("TransformerModule.prefill: value must be [streams, T, features], got shape " +
+                               c10::str(value.sizes()) + ".");
+  }
+  if (lengths.scalar_type() != at::kLong || lengths.dim() != 1 || lengths.size(0) != value.size(0)) {
+    throw InvalidArgumentError("TransformerModule.prefill: lengths must be a long tensor of shape [" +
+                               std::to_string(value.size(0)) + "], got " +
+                               c10::str(lengths.scalar_type(), lengths.sizes()) + ".");
+  }
+  if (lengths.numel() > 0 && (lengths.min().item<int64_t>() < 0 || lengths.max().item<int64_t>() > value.size(1))) {
+    throw InvalidArgumentError("TransformerModule.prefill: lengths must be in [0, T=" + std::to_string(value.size(1)) +
+                               "], got " + c10::str(lengths.min().item<int64_t>()) + " to " +
+                               c10::str(lengths.max().item<int64_t>()) + ".");
+  }
+  torch::NoGradGuard no_grad;
+  ensure_fresh_state(value);
+  backbone_->prefill_kv_cache(value, *kv_cache_);
+  c10::InferenceMode not_inference(/*enabled=*/false);
+  positions_ = lengths.to(positions_.device()).clone();
+}
+
 at::Tensor TransformerModule::window(const at::Tensor& value, const at::Tensor& is_init) {
   if (value.dim() < 2) {
     throw InvalidArgumentError(

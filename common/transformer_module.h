@@ -75,6 +75,14 @@ class TransformerModule : public torch::nn::Module {
   // InvalidArgumentError when validate_windows is set and a row does not start an episode.
   at::Tensor window(const at::Tensor& value, const at::Tensor& is_init);
 
+  // Rebuilds the cache so that stream b continues its episode at position lengths[b],
+  // attending to its first lengths[b] steps value[b, :lengths[b]] computed with the current
+  // weights (rows are padded past their length). Call it after mark_weight_update() to
+  // keep every stream's context instead of restarting it, so the acting policy is the one
+  // a learner evaluates on the whole episode. value [B, T, F], lengths [B] (kLong, each in
+  // [0, T]). Throws InvalidArgumentError on bad shapes, SequenceTooLongError past max_seq_len.
+  void prefill(const at::Tensor& value, const at::Tensor& lengths);
+
   // Releases the cache and the per-stream positions; the next step starts afresh.
   void reset_cache();
   // Discards the cache after new weights were applied, so no stream attends to keys and

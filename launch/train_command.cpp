@@ -185,6 +185,7 @@ int run_train(const std::vector<std::string>& args) {
       ActorLoopOptions options;
       options.learner_ranks = roles.learners;
       options.credit_steps = config.credit_steps;
+      options.keep_context_on_update = config.keep_context_on_update;
       options.seed = static_cast<uint64_t>(config.seed);
       if (const char* corrupt = std::getenv("KVRL_FAULT_CORRUPT_EPISODE")) {
         // Fault injection for tests: "RANK:N" corrupts actor RANK's Nth episode message.
@@ -200,6 +201,7 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"episodes_sent\": ", stats.episodes_sent, ", \"episodes_sent_to\": ", sent_to, "]",
                        ", \"weight_updates_applied\": ", stats.weight_updates_applied,
                        ", \"cache_invalidations\": ", stats.cache_invalidations,
+                       ", \"context_steps_rebuilt\": ", stats.context_steps_rebuilt,
                        ", \"policy_version\": ", stats.policy_version,
                        ", \"corrupt_messages_injected\": ", stats.corrupt_messages_injected, "}");
     }

@@ -133,13 +133,16 @@ const std::vector<Field>& schema() {
       float_field("learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount"),
       float_field("learner.gae_lambda", [](auto& c) -> auto& { return c.learner.gae_lambda; }, 0, 1, "GAE lambda (PPO)"),
       float_field("learner.clip_epsilon", [](auto& c) -> auto& { return c.learner.clip_epsilon; }, 1e-6, 1, "ratio clip (PPO)"),
+      bool_field("learner.decoupled", [](auto& c) -> auto& { return c.learner.decoupled; },
+                 "PPO: clip against the learner's policy at the batch start and weight by pi/mu truncated at rho_bar "
+                 "(decoupled PPO); false: classic PPO against the behaviour policy"),
       float_field("learner.value_clip", [](auto& c) -> auto& { return c.learner.value_clip; }, 0, 1e6, "value clip (PPO); 0 = off"),
       int_field("learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000, "passes over each batch (PPO)"),
       int_field("learner.minibatches", [](auto& c) -> auto& { return c.learner.minibatches; }, 1, 1 << 16,
                 "optimizer steps per epoch, each on a share of the batch's rows (PPO)"),
       float_field("learner.entropy_coef", [](auto& c) -> auto& { return c.learner.entropy_coef; }, 0, 10, "entropy bonus weight"),
       float_field("learner.value_coef", [](auto& c) -> auto& { return c.learner.value_coef; }, 0, 100, "value loss weight"),
-      float_field("learner.rho_bar", [](auto& c) -> auto& { return c.learner.rho_bar; }, 1e-6, 1e6, "importance-weight clip (V-trace)"),
+      float_field("learner.rho_bar", [](auto& c) -> auto& { return c.learner.rho_bar; }, 1e-6, 1e6, "importance-weight clip (V-trace; decoupled PPO's behaviour weights)"),
       float_field("learner.c_bar", [](auto& c) -> auto& { return c.learner.c_bar; }, 1e-6, 1e6, "trace clip (V-trace)"),
       int_field("learner.steps_per_update", [](auto& c) -> auto& { return c.steps_per_update; }, 1, kMax, "env steps per update, all learners"),
       int_field("learner.weight_sync_interval", [](auto& c) -> auto& { return c.weight_sync_interval; }, 1, kMax,
@@ -148,6 +151,9 @@ const std::vector<Field>& schema() {
                 "drop episodes acted on by weights older than this many versions; 0 = keep all"),
       int_field("actor.credit_steps", [](auto& c) -> auto& { return c.credit_steps; }, 1, int64_t{1} << 40,
                 "env steps an actor may have in flight to each learner (flow control)"),
+      bool_field("actor.keep_context_on_update", [](auto& c) -> auto& { return c.keep_context_on_update; },
+                 "after new weights, rebuild each stream's key/value cache from its episode so far (true) or "
+                 "restart every stream's context as the reference does (false)"),
   };
   return fields;
 }

@@ -41,6 +41,7 @@ struct TrainConfig {
   int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
   // actor
   int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
+  bool keep_context_on_update = true; // rebuild each stream's cache after new weights instead of restarting it
 
   // The learner's options with planned_updates derived from the run's budget.
   LearnerOptions learner_options() const;

@@ -1,5 +1,6 @@
 #include "learner/learner.h"
 
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -88,10 +89,22 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes) {
 UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len());
   const at::Tensor& mask = batch.step_mask;
-  at::Tensor old_values, advantages, returns;
+  at::Tensor old_values, advantages, returns, anchor_log_probs, behaviour_weights;
+  UpdateStats stats;
   {
     torch::NoGradGuard no_grad;
-    old_values = model_->evaluate(batch.observations, batch.is_init).values;
+    const PolicyWindow start = model_->evaluate(batch.observations, batch.is_init);
+    old_values = start.values;
+    if (options_.decoupled) {
+      anchor_log_probs = model_->log_prob(start, batch.actions);
+      behaviour_weights = (anchor_log_probs - batch.behaviour_log_probs).exp().clamp_max(options_.rho_bar);
+      const at::Tensor real_weights = behaviour_weights.masked_select(mask);
+      stats.rho_mean = real_weights.mean().item<double>();
+      stats.rho_max = real_weights.max().item<double>();
+    } else {
+      anchor_log_probs = batch.behaviour_log_probs;
+      behaviour_weights = at::ones_like(old_values);
+    }
     advantages = at::zeros_like(old_values);
     for (const EpisodeSlot& slot : batch.slots) {
       const at::Tensor row_values = old_values[slot.row];
@@ -107,13 +120,13 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
     advantages = (advantages - real.mean()) / (std + 1e-8);
   }
 
-  UpdateStats stats;
   stats.packing_efficiency = batch.packing_efficiency();
   // Every learner takes the same number of optimizer steps (the gradient all-reduce is a
   // collective), so a batch with fewer rows than minibatches reuses rows.
   const int64_t rows = batch.rows();
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
   bool first = true;
+  const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
@@ -126,9 +139,10 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       const at::Tensor mb_old_values = rows_of(old_values);
       const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
       const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
-      const at::Tensor log_ratio = log_probs - rows_of(batch.behaviour_log_probs);
+      const at::Tensor log_ratio = log_probs - rows_of(anchor_log_probs);
       const at::Tensor ratio = log_ratio.exp();
       const at::Tensor surrogate =
+          rows_of(behaviour_weights) *
           at::min(ratio * mb_advantages,
                   ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * mb_advantages);
       const at::Tensor policy_loss = -masked_mean(surrogate, mb_mask);
@@ -142,17 +156,20 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       const at::Tensor entropy = masked_mean(model_->entropy(window), mb_mask);
       const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
       stats.grad_norm = step_optimizer(loss);
+      // Losses and entropy as the batch started; KL and clip fraction averaged over every
+      // optimizer step, since the first one is 0 by construction for decoupled PPO.
+      torch::NoGradGuard no_grad;
       if (first) {
         first = false;
-        torch::NoGradGuard no_grad;
         stats.policy_loss = policy_loss.item<double>();
         stats.value_loss = value_loss.item<double>();
         stats.entropy = entropy.item<double>();
-        // k3 estimator of KL(mu || pi), and how often the ratio was clipped.
-        stats.approx_kl = masked_mean((ratio - 1) - log_ratio, mb_mask).item<double>();
-        stats.clip_fraction =
-            masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mb_mask).item<double>();
       }
+      // k3 estimator of KL(anchor || pi), and how often the ratio was clipped.
+      stats.approx_kl += masked_mean((ratio - 1) - log_ratio, mb_mask).item<double>() / optimizer_steps;
+      stats.clip_fraction +=
+          masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mb_mask).item<double>() /
+          optimizer_steps;
     }
   }
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();

@@ -27,19 +27,25 @@ struct LearnerOptions {
   double gamma = 0.99;
   double gae_lambda = 0.95;       // PPO
   double clip_epsilon = 0.2;      // PPO ratio clip
+  // PPO: clip the ratio against the learner's own policy at the batch start (the proximal
+  // policy) and correct for the actors' older behaviour policy with importance weights
+  // truncated at rho_bar (decoupled PPO, Hilton et al. 2021); false: classic PPO, whose
+  // ratio is taken against the behaviour policy (the default: it learned CartPole better
+  // here, docs/training.md).
+  bool decoupled = false;
   double value_clip = 0.0;        // PPO value clip around the batch-start values; 0 = off
   int64_t epochs = 4;             // PPO passes over each batch
   int64_t minibatches = 4;        // PPO optimizer steps per epoch, each on a share of the rows
   double entropy_coef = 0.01;
   double value_coef = 0.5;
-  double rho_bar = 1.0;           // V-trace
+  double rho_bar = 1.0;           // V-trace, and decoupled PPO's behaviour correction
   double c_bar = 1.0;             // V-trace
 };
 
 struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0;
   double approx_kl = 0, clip_fraction = 0;  // PPO
-  double rho_mean = 0, rho_max = 0;         // V-trace
+  double rho_mean = 0, rho_max = 0;         // V-trace, decoupled PPO: truncated pi/mu
   double grad_norm = 0, learning_rate = 0, packing_efficiency = 0;
   int64_t episodes = 0, steps = 0;
 };

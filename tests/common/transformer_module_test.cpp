@@ -212,6 +212,81 @@ TEST_F(TransformerModuleTest, MarkWeightUpdateDiscardsTheCache) {
   EXPECT_TRUE(torch::equal(module.stream_positions(), torch::ones({2}, torch::kLong)));
 }
 
+// After new weights, prefill() rebuilds each stream's context so the next steps equal the
+// window path over the whole episode with the new weights, whatever each stream's length.
+TEST_F(TransformerModuleTest, PrefillKeepsEveryStreamsContextAcrossAWeightUpdate) {
+  TransformerModule module(small_options());
+  const at::Tensor episodes = torch::randn({3, 9, 3});
+  const at::Tensor lengths = torch::tensor({5, 0, 7}, torch::kLong);
+  // Old weights act on the prefixes, then the weights change.
+  for (int64_t t = 0; t < 7; ++t) module.step(episodes.select(1, t), torch::full({3}, t == 0, torch::kBool));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : module.parameters()) p.add_(0.05 * torch::randn_like(p));
+  }
+  module.mark_weight_update();
+  module.prefill(episodes.narrow(1, 0, 7), lengths);
+  EXPECT_TRUE(torch::equal(module.stream_positions(), lengths));
+  // Continue each stream from its own length and compare with the window over the episode.
+  const at::Tensor full = module.window(episodes, [] {
+    at::Tensor init = torch::zeros({3, 9}, torch::kBool);
+    init.select(1, 0).fill_(true);
+    return init;
+  }());
+  const at::Tensor next_value = torch::stack({episodes[0][5], episodes[1][0], episodes[2][7]});
+  const at::Tensor next = module.step(next_value, torch::tensor({false, true, false}));
+  EXPECT_TRUE(torch::allclose(next[0], full[0][5], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(next[1], full[1][0], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(next[2], full[2][7], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::equal(module.stream_positions(), torch::tensor({6, 1, 8}, torch::kLong)));
+}
+
+// Without prefill a weight update restarts the streams: the same step then differs from
+// the full-context window, which is what prefill() exists to avoid.
+TEST_F(TransformerModuleTest, WithoutPrefillAWeightUpdateLosesTheContext) {
+  TransformerModule module(small_options());
+  const at::Tensor episodes = torch::randn({2, 6, 3});
+  for (int64_t t = 0; t < 5; ++t) module.step(episodes.select(1, t), torch::full({2}, t == 0, torch::kBool));
+  module.mark_weight_update();
+  const at::Tensor next = module.step(episodes.select(1, 5), torch::zeros({2}, torch::kBool));
+  at::Tensor init = torch::zeros({2, 6}, torch::kBool);
+  init.select(1, 0).fill_(true);
+  const at::Tensor full = module.window(episodes, init);
+  EXPECT_FALSE(torch::allclose(next, full.select(1, 5), 1e-3, 1e-3));
+}
+
+// CausalTransformer's one-window prefill writes the same cache as the generic replay.
+TEST_F(TransformerModuleTest, WindowPrefillMatchesTheStepReplay) {
+  TransformerModule module(small_options());
+  auto& backbone = dynamic_cast<CausalTransformer&>(module.transformer());
+  const at::Tensor features = torch::randn({4, 6, 3});
+  auto windowed = backbone.new_kv_cache(4, std::nullopt, std::nullopt);
+  auto replayed = backbone.new_kv_cache(4, std::nullopt, std::nullopt);
+  backbone.prefill_kv_cache(features, *windowed);
+  backbone.Backbone::prefill_kv_cache(features, *replayed);
+  const auto& a = dynamic_cast<CausalTransformerKvCache&>(*windowed);
+  const auto& b = dynamic_cast<CausalTransformerKvCache&>(*replayed);
+  EXPECT_GT(a.keys.abs().sum().item<double>(), 0.0);
+  EXPECT_TRUE(torch::allclose(a.keys, b.keys, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(a.values, b.values, 1e-5, 1e-5));
+  EXPECT_EQ(a.high_water, 6);
+}
+
+TEST_F(TransformerModuleTest, PrefillRejectsBadLengthsNamingThem) {
+  TransformerModule module(small_options());
+  const at::Tensor value = torch::randn({2, 4, 3});
+  EXPECT_THROW(module.prefill(value, torch::tensor({1, 5}, torch::kLong)), InvalidArgumentError);
+  EXPECT_THROW(module.prefill(value, torch::tensor({1, -1}, torch::kLong)), InvalidArgumentError);
+  EXPECT_THROW(module.prefill(value, torch::tensor({1, 2, 3}, torch::kLong)), InvalidArgumentError);
+  EXPECT_THROW(module.prefill(value, torch::tensor({1.0, 2.0})), InvalidArgumentError);
+  try {
+    module.prefill(value, torch::tensor({1, 5}, torch::kLong));
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_NE(std::string(error.what()).find("[0, T=4]"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(module.prefill(torch::randn({2, 13, 3}), torch::tensor({1, 2}, torch::kLong)), SequenceTooLongError);
+}
+
 TEST_F(TransformerModuleTest, ResetCacheAndBatchSizeChangeStartAfresh) {
   TransformerModule module(small_options());
   step_through(module, torch::randn({2, 3, 3}), torch::zeros({2, 3}, torch::kBool));

@@ -98,7 +98,8 @@ TEST_P(BanditLearning, RaisesTheProbabilityOfThePayingArm) {
   model_options.num_outputs = 2;
   auto model = std::make_shared<ActorCritic>(model_options);
   LearnerOptions options;
-  options.algorithm = GetParam();
+  options.algorithm = GetParam() == "ppo_classic" ? "ppo" : GetParam();
+  options.decoupled = GetParam() != "ppo_classic";
   options.learning_rate = 3e-3;
   options.entropy_coef = 0.0;
   Learner learner(model, options, std::make_shared<LocalCommunicator>());
@@ -126,7 +127,43 @@ TEST_P(BanditLearning, RaisesTheProbabilityOfThePayingArm) {
   EXPECT_GT(probability_of_paying_arm(), 0.9) << "started at " << before;
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, BanditLearning, ::testing::Values("ppo", "vtrace"));
+INSTANTIATE_TEST_SUITE_P(Algorithms, BanditLearning, ::testing::Values("ppo", "ppo_classic", "vtrace"));
+
+// Stale behaviour log-probs (the actors acted with older weights): classic PPO's ratio
+// starts far from 1 and is clipped everywhere; decoupled PPO's ratio starts at 1 against
+// the learner's own policy and the staleness goes into weights truncated at rho_bar.
+TEST(Learner, DecoupledPpoClipsAgainstTheLearnersPolicyNotTheStaleBehaviour) {
+  auto first_minibatch_stats = [](bool decoupled) {
+    torch::manual_seed(0);
+    ActorCriticOptions model_options;
+    model_options.transformer.input_size = 2;
+    model_options.transformer.hidden_size = 8;
+    model_options.transformer.num_heads = 2;
+    model_options.transformer.max_seq_len = 8;
+    model_options.num_outputs = 2;
+    LearnerOptions options;
+    options.decoupled = decoupled;
+    options.epochs = 1;
+    options.minibatches = 1;
+    options.rho_bar = 1.0;
+    Learner learner(std::make_shared<ActorCritic>(model_options), options, std::make_shared<LocalCommunicator>());
+    std::vector<Episode> batch;
+    for (int i = 0; i < 4; ++i) {
+      Episode e = episode_of_length(5);
+      // A near-uniform policy has log-prob about log(0.5); the actors claimed log(0.1).
+      for (float& lp : e.behaviour_log_probs) lp = std::log(0.1f);
+      batch.push_back(e);
+    }
+    return learner.update(batch);
+  };
+  const UpdateStats classic = first_minibatch_stats(false);
+  const UpdateStats decoupled = first_minibatch_stats(true);
+  EXPECT_DOUBLE_EQ(classic.clip_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(decoupled.clip_fraction, 0.0);
+  EXPECT_NEAR(decoupled.approx_kl, 0.0, 1e-7);
+  EXPECT_DOUBLE_EQ(decoupled.rho_max, 1.0);  // pi/mu is about 5, truncated at rho_bar
+  EXPECT_DOUBLE_EQ(decoupled.rho_mean, 1.0);
+}
 
 TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
   ActorCriticOptions model_options;

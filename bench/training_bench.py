@@ -1,0 +1,190 @@
+"""Benchmark: end-to-end PPO training on CartPole-v1, kvrl against TorchRL, side by side.
+
+Both sides train the same policy (a causal transformer trunk, hidden 64, 2 layers, 4 heads,
+max_seq_len 512, with a categorical policy head and a value head) with the same PPO
+settings as configs/cartpole_ppo.yaml (2048 env steps per update, 4 epochs x 8
+minibatches, Adam 1e-3 with linear decay, clip 0.2, GAE 0.95, gamma 0.99, rewards x 0.01,
+grad-norm clip 0.5), on 16 environments per actor, for the same env-step budget.
+
+- kvrl: `kvrl train` under launch/kvrl-mpirun with 1 learner + A actors (MPI ranks).
+- TorchRL: its Collector (A = 1, in the learner's process) or MultiSyncCollector (A worker
+  processes), the reference TransformerModule, ClipPPOLoss and GAE. The windows are the
+  collector's [16, 128] rows with validate_windows=False: TorchRL's weight sync calls
+  mark_weight_update(), so every row restarts its context at the batch boundary on the
+  acting side too, and the window path sees the same thing.
+
+Measured: env steps/s and learner updates/s over the whole run (start-up included), and
+the mean return of the last 100 finished episodes as the learning result. Each
+configuration runs once per repeat, alternating which side goes first.
+
+    python bench/training_bench.py --kvrl build/launch/kvrl --steps 100000 \
+        --out bench/results/training_bench.json
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HIDDEN, LAYERS, HEADS, MAX_SEQ_LEN, NUM_ENVS = 64, 2, 4, 512, 16
+STEPS_PER_UPDATE, EPOCHS, MINIBATCHES = 2048, 4, 8
+LR, CLIP, GAMMA, LAMBDA, REWARD_SCALE, MAX_GRAD_NORM, VALUE_COEF = 1e-3, 0.2, 0.99, 0.95, 0.01, 0.5, 0.5
+
+
+def run_kvrl(kvrl, actors, steps, seed):
+    with tempfile.TemporaryDirectory() as run_dir:
+        command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", str(actors + 1), kvrl, "train",
+                   str(ROOT / "configs" / "cartpole_ppo.yaml"), f"run.total_env_steps={steps}",
+                   f"run.dir={run_dir}", f"run.seed={seed}", "run.log_interval_s=1000"]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        begin = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+        wall = time.perf_counter() - begin
+        if done.returncode != 0:
+            raise RuntimeError(f"kvrl failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        learner = json.loads((Path(run_dir) / "rank0.json").read_text())
+    return {"env_steps": learner["env_steps"], "updates": learner["updates"], "wall_s": wall,
+            "mean_return": learner["mean_return"]}
+
+
+def torchrl_worker_env():
+    from torchrl.envs import GymEnv, InitTracker, RewardSum, SerialEnv, TransformedEnv
+    base = SerialEnv(NUM_ENVS, lambda: GymEnv("CartPole-v1", categorical_action_encoding=True))
+    return TransformedEnv(base, InitTracker()).append_transform(RewardSum())
+
+
+def torchrl_modules(observation_size, actions):
+    import torch
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torchrl.modules import ProbabilisticActor, TransformerModule, ValueOperator
+    from torch.distributions import Categorical
+
+    trunk = TransformerModule(input_size=observation_size, hidden_size=HIDDEN, num_layers=LAYERS,
+                              num_heads=HEADS, max_seq_len=MAX_SEQ_LEN, in_key="observation",
+                              out_key="embed", validate_windows=False)
+    policy_head = torch.nn.Linear(HIDDEN, actions)
+    with torch.no_grad():
+        policy_head.weight.mul_(0.01)
+        policy_head.bias.zero_()
+    actor = ProbabilisticActor(
+        TensorDictSequential(trunk, TensorDictModule(policy_head, in_keys=["embed"], out_keys=["logits"])),
+        in_keys=["logits"], out_keys=["action"], distribution_class=Categorical, return_log_prob=True)
+    critic = TensorDictSequential(trunk, ValueOperator(torch.nn.Linear(HIDDEN, 1), in_keys=["embed"]))
+    return actor, critic
+
+
+def run_torchrl(actors, steps, seed):
+    import torch
+    from torchrl.collectors import Collector, MultiSyncCollector
+    from torchrl.modules import set_recurrent_mode
+    from torchrl.objectives import ClipPPOLoss
+    from torchrl.objectives.value import GAE
+
+    torch.manual_seed(seed)
+    probe = torchrl_worker_env()
+    observation_size = probe.observation_spec["observation"].shape[-1]
+    actions = probe.action_spec.space.n
+    del probe
+    actor, critic = torchrl_modules(observation_size, actions)
+    if actors == 1:
+        collector = Collector(torchrl_worker_env, actor, frames_per_batch=STEPS_PER_UPDATE, total_frames=steps)
+    else:
+        collector = MultiSyncCollector([torchrl_worker_env] * actors, actor,
+                                       frames_per_batch=STEPS_PER_UPDATE, total_frames=steps)
+    advantage = GAE(gamma=GAMMA, lmbda=LAMBDA, value_network=critic, shifted=True)
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=CLIP, entropy_coeff=0.0, critic_coeff=VALUE_COEF,
+                       loss_critic_type="l2", normalize_advantage=True)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5)
+    planned_updates = (steps + STEPS_PER_UPDATE - 1) // STEPS_PER_UPDATE
+    recent_returns = []
+    env_steps = updates = 0
+    begin = time.perf_counter()
+    for batch in collector:
+        # Rows: [streams, time]; a multi-worker batch stacks its workers' streams.
+        batch = batch.reshape(-1, batch.shape[-1]) if batch.ndim > 2 else batch
+        env_steps += batch.numel()
+        done = batch["next", "done"].squeeze(-1)
+        recent_returns.extend(batch["next", "episode_reward"].squeeze(-1)[done].tolist())
+        recent_returns = recent_returns[-100:]
+        batch["next", "reward"] = batch["next", "reward"] * REWARD_SCALE
+        for group in optimizer.param_groups:
+            group["lr"] = LR * max(0.0, 1.0 - updates / planned_updates)
+        with set_recurrent_mode(True):
+            for _ in range(EPOCHS):
+                with torch.no_grad():
+                    advantage(batch)
+                order = torch.randperm(batch.shape[0])
+                for minibatch in order.chunk(MINIBATCHES):
+                    losses = loss(batch[minibatch])
+                    total = losses["loss_objective"] + losses["loss_critic"]
+                    optimizer.zero_grad()
+                    total.backward()
+                    torch.nn.utils.clip_grad_norm_(loss.parameters(), MAX_GRAD_NORM)
+                    optimizer.step()
+        updates += 1
+        collector.update_policy_weights_()
+    wall = time.perf_counter() - begin
+    collector.shutdown()
+    return {"env_steps": env_steps, "updates": updates, "wall_s": wall,
+            "mean_return": sum(recent_returns) / max(1, len(recent_returns))}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kvrl", default=str(ROOT / "build" / "launch" / "kvrl"))
+    parser.add_argument("--steps", type=int, default=100000, help="env steps per run (both sides)")
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "training_bench.json"))
+    parser.add_argument("--torchrl-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-actors", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torchrl_worker:
+        print(json.dumps(run_torchrl(args.worker_actors, args.steps, args.seed)))
+        return
+
+    rows = []
+    for actors in args.actors:
+        for repeat in range(args.repeats):
+            order = ["kvrl", "torchrl"] if repeat % 2 == 0 else ["torchrl", "kvrl"]
+            results = {}
+            for side in order:
+                if side == "kvrl":
+                    results[side] = run_kvrl(args.kvrl, actors, args.steps, args.seed + repeat)
+                else:
+                    # A fresh interpreter per run, so worker processes and threads start clean.
+                    done = subprocess.run([sys.executable, __file__, "--torchrl-worker", "--worker-actors", str(actors),
+                                           "--steps", str(args.steps), "--seed", str(args.seed + repeat)],
+                                          capture_output=True, text=True, timeout=7200)
+                    if done.returncode != 0:
+                        raise RuntimeError(f"TorchRL run failed:\n{done.stderr[-4000:]}")
+                    results[side] = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append({"actors": actors, "repeat": repeat, **{f"{side}_{k}": v for side, r in results.items()
+                                                               for k, v in r.items()}})
+
+    header = (f"{'setup':<18}{'kvrl steps/s':>14}{'TorchRL steps/s':>17}{'ratio':>8}"
+              f"{'kvrl upd/s':>12}{'TorchRL upd/s':>15}{'kvrl return':>13}{'TorchRL return':>16}")
+    print(f"PPO on CartPole-v1, {args.steps} env steps per run, {os.cpu_count()} cores")
+    print(header)
+    for row in rows:
+        kvrl_rate = row["kvrl_env_steps"] / row["kvrl_wall_s"]
+        torchrl_rate = row["torchrl_env_steps"] / row["torchrl_wall_s"]
+        row["steps_per_s_ratio"] = kvrl_rate / torchrl_rate
+        print(f"{'1 learner + ' + str(row['actors']) + ' act':<18}{kvrl_rate:>14.0f}{torchrl_rate:>17.0f}"
+              f"{row['steps_per_s_ratio']:>7.2f}x{row['kvrl_updates'] / row['kvrl_wall_s']:>12.2f}"
+              f"{row['torchrl_updates'] / row['torchrl_wall_s']:>15.2f}{row['kvrl_mean_return']:>13.1f}"
+              f"{row['torchrl_mean_return']:>16.1f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"machine": platform.platform(), "cores": os.cpu_count(),
+                                          "steps": args.steps, "rows": rows}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
