@@ -2,14 +2,14 @@
 
 Both sides train the same policy (a causal transformer trunk, hidden 64, 2 layers, 4 heads,
 max_seq_len 512, with a categorical policy head and a value head) with the same PPO
-settings as configs/cartpole_ppo.yaml (2048 env steps per update, 4 epochs x 8
+settings as configs/cartpole_ppo.yaml (4096 env steps per update, 4 epochs x 8
 minibatches, Adam 1e-3 with linear decay, clip 0.2, GAE 0.95, gamma 0.99, rewards x 0.01,
 grad-norm clip 0.5), on 16 environments per actor, for the same env-step budget.
 
 - kvrl: `kvrl train` under launch/kvrl-mpirun with 1 learner + A actors (MPI ranks).
 - TorchRL: its Collector (A = 1, in the learner's process) or MultiSyncCollector (A worker
   processes), the reference TransformerModule, ClipPPOLoss and GAE. The windows are the
-  collector's [16, 128] rows with validate_windows=False: TorchRL's weight sync calls
+  collector's [16, 256] rows with validate_windows=False: TorchRL's weight sync calls
   mark_weight_update(), so every row restarts its context at the batch boundary on the
   acting side too, and the window path sees the same thing.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN, LAYERS, HEADS, MAX_SEQ_LEN, NUM_ENVS = 64, 2, 4, 512, 16
-STEPS_PER_UPDATE, EPOCHS, MINIBATCHES = 2048, 4, 8
+STEPS_PER_UPDATE, EPOCHS, MINIBATCHES = 4096, 4, 8  # as configs/cartpole_ppo.yaml
 LR, CLIP, GAMMA, LAMBDA, REWARD_SCALE, MAX_GRAD_NORM, VALUE_COEF = 1e-3, 0.2, 0.99, 0.95, 0.01, 0.5, 0.5
 
 

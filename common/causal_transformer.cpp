@@ -71,7 +71,14 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
     layer_keys->narrow(/*dim=*/2, 0, t).copy_(keys.detach());
     layer_values->narrow(/*dim=*/2, 0, t).copy_(values.detach());
   }
-  return attend(h, at::scaled_dot_product_attention(heads(qkv[0]), keys, values, attn_mask));
+  // An undefined mask means plain causal attention, which lets SDPA pick its fused
+  // causal kernel instead of materialising a [B, heads, T, T] mask.
+  const at::Tensor attention =
+      attn_mask.defined()
+          ? at::scaled_dot_product_attention(heads(qkv[0]), keys, values, attn_mask)
+          : at::scaled_dot_product_attention(heads(qkv[0]), keys, values, /*attn_mask=*/std::nullopt,
+                                             /*dropout_p=*/0.0, /*is_causal=*/true);
+  return attend(h, attention);
 }
 
 at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
@@ -191,7 +198,8 @@ void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv
   check_positions(positions);
   torch::NoGradGuard no_grad;
   at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
-  const at::Tensor attn_mask = at::ones({t, t}, features.options().dtype(at::kBool)).tril();
+  // Every row starts its episode at slot 0, so the mask is plain causal (undefined here).
+  const at::Tensor attn_mask;
   // Under autocast the cache keeps its own dtype: the copy casts on write, as the step does.
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     at::Tensor layer_keys = cache.keys.select(1, layer);

@@ -45,7 +45,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward,
                        double dropout);
 
-  // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T]. With
+  // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T], or
+  // undefined for plain causal attention. With
   // layer_keys/layer_values ([B, heads, max_seq_len, head_dim]) it also writes the
   // window's keys and values into their first T slots (cache prefill).
   at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask,

@@ -137,9 +137,9 @@ const std::vector<Field>& schema() {
                  "PPO: clip against the learner's policy at the batch start and weight by pi/mu truncated at rho_bar "
                  "(decoupled PPO); false: classic PPO against the behaviour policy"),
       float_field("learner.value_clip", [](auto& c) -> auto& { return c.learner.value_clip; }, 0, 1e6, "value clip (PPO); 0 = off"),
-      int_field("learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000, "passes over each batch (PPO)"),
+      int_field("learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000, "passes over each batch (PPO; V-trace recomputes its targets each step)"),
       int_field("learner.minibatches", [](auto& c) -> auto& { return c.learner.minibatches; }, 1, 1 << 16,
-                "optimizer steps per epoch, each on a share of the batch's rows (PPO)"),
+                "optimizer steps per epoch, each on a share of the batch's rows"),
       float_field("learner.entropy_coef", [](auto& c) -> auto& { return c.learner.entropy_coef; }, 0, 10, "entropy bonus weight"),
       float_field("learner.value_coef", [](auto& c) -> auto& { return c.learner.value_coef; }, 0, 100, "value loss weight"),
       float_field("learner.rho_bar", [](auto& c) -> auto& { return c.learner.rho_bar; }, 1e-6, 1e6, "importance-weight clip (V-trace; decoupled PPO's behaviour weights)"),

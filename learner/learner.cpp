@@ -40,6 +40,15 @@ at::Tensor masked_mean(const at::Tensor& values, const at::Tensor& mask) {
 
 std::vector<at::Tensor> parameter_list(ActorCritic& model) { return model.parameters(); }
 
+// The rows of minibatch `minibatch` of `minibatches` from a permutation of the rows. Every
+// learner takes the same number of optimizer steps (the gradient all-reduce is a
+// collective), so a batch with fewer rows than minibatches reuses rows.
+at::Tensor minibatch_rows(const at::Tensor& order, int64_t minibatch, int64_t minibatches) {
+  const int64_t rows = order.size(0);
+  at::Tensor index = order.slice(0, minibatch, rows, minibatches);
+  return index.numel() > 0 ? index : order.narrow(0, minibatch % rows, 1);
+}
+
 }  // namespace
 
 Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std::shared_ptr<Communicator> communicator)
@@ -121,8 +130,6 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   }
 
   stats.packing_efficiency = batch.packing_efficiency();
-  // Every learner takes the same number of optimizer steps (the gradient all-reduce is a
-  // collective), so a batch with fewer rows than minibatches reuses rows.
   const int64_t rows = batch.rows();
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
   bool first = true;
@@ -130,8 +137,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      at::Tensor index = order.slice(0, minibatch, rows, options_.minibatches);
-      if (index.numel() == 0) index = order.narrow(0, minibatch % rows, 1);
+      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches);
       auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, index); };
       const at::Tensor mb_mask = rows_of(mask);
       const at::Tensor mb_advantages = rows_of(advantages);
@@ -178,39 +184,65 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
 
 UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len());
-  const at::Tensor& mask = batch.step_mask;
-  const PolicyWindow window = model_->evaluate(batch.observations, batch.is_init);
-  const at::Tensor log_probs = model_->log_prob(window, batch.actions);
-  at::Tensor vs = at::zeros_like(window.values);
-  at::Tensor pg_advantages = at::zeros_like(window.values);
-  at::Tensor rhos = at::zeros_like(window.values);
-  {
-    torch::NoGradGuard no_grad;
-    const at::Tensor values = window.values.detach();
-    const at::Tensor log_rhos = log_probs.detach() - batch.behaviour_log_probs;
-    for (const EpisodeSlot& slot : batch.slots) {
-      const double bootstrap = slot.terminated ? 0.0 : values[slot.row][slot.offset + slot.length].item<double>();
-      auto steps = [&](const at::Tensor& t) { return t[slot.row].narrow(0, slot.offset, slot.length); };
-      const VTraceTargets targets = vtrace_targets(steps(batch.rewards) * options_.reward_scale, steps(values), bootstrap, steps(log_rhos),
-                                                   options_.gamma, options_.rho_bar, options_.c_bar);
-      steps(vs).copy_(targets.vs);
-      steps(pg_advantages).copy_(targets.pg_advantages);
-      steps(rhos).copy_(targets.clipped_rhos);
-    }
-  }
-  const at::Tensor policy_loss = -masked_mean(log_probs * pg_advantages, mask);
-  const at::Tensor value_loss = 0.5 * masked_mean((window.values - vs).pow(2), mask);
-  const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
-  const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
   UpdateStats stats;
   stats.packing_efficiency = batch.packing_efficiency();
-  stats.grad_norm = step_optimizer(loss);
-  stats.policy_loss = policy_loss.item<double>();
-  stats.value_loss = value_loss.item<double>();
-  stats.entropy = entropy.item<double>();
-  const at::Tensor real_rhos = rhos.masked_select(mask);
-  stats.rho_mean = real_rhos.mean().item<double>();
-  stats.rho_max = real_rhos.max().item<double>();
+  // Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
+  // V-trace targets with the current values: more learning per env step than IMPALA's
+  // single pass, and with one epoch and one minibatch it is exactly that single pass.
+  const int64_t rows = batch.rows();
+  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
+  const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
+  bool first = true;
+  stats.rho_max = 0;
+  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
+    for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
+      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches);
+      auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, index); };
+      const at::Tensor mask = rows_of(batch.step_mask);
+      const at::Tensor actions = rows_of(batch.actions);
+      const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
+      const at::Tensor log_probs = model_->log_prob(window, actions);
+      at::Tensor vs = at::zeros_like(window.values);
+      at::Tensor pg_advantages = at::zeros_like(window.values);
+      at::Tensor rhos = at::zeros_like(window.values);
+      {
+        torch::NoGradGuard no_grad;
+        const at::Tensor values = window.values.detach();
+        const at::Tensor log_rhos = log_probs.detach() - rows_of(batch.behaviour_log_probs);
+        const at::Tensor rewards = rows_of(batch.rewards);
+        const auto picked = index.accessor<int64_t, 1>();
+        for (int64_t position = 0; position < picked.size(0); ++position) {
+          for (const EpisodeSlot& slot : batch.slots) {
+            if (slot.row != picked[position]) continue;
+            const double bootstrap = slot.terminated ? 0.0 : values[position][slot.offset + slot.length].item<double>();
+            auto steps = [&](const at::Tensor& t) { return t[position].narrow(0, slot.offset, slot.length); };
+            const VTraceTargets targets =
+                vtrace_targets(steps(rewards) * options_.reward_scale, steps(values), bootstrap, steps(log_rhos),
+                               options_.gamma, options_.rho_bar, options_.c_bar);
+            steps(vs).copy_(targets.vs);
+            steps(pg_advantages).copy_(targets.pg_advantages);
+            steps(rhos).copy_(targets.clipped_rhos);
+          }
+        }
+      }
+      const at::Tensor policy_loss = -masked_mean(log_probs * pg_advantages, mask);
+      const at::Tensor value_loss = 0.5 * masked_mean((window.values - vs).pow(2), mask);
+      const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
+      const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+      stats.grad_norm = step_optimizer(loss);
+      torch::NoGradGuard no_grad;
+      if (first) {
+        first = false;
+        stats.policy_loss = policy_loss.item<double>();
+        stats.value_loss = value_loss.item<double>();
+        stats.entropy = entropy.item<double>();
+      }
+      const at::Tensor real_rhos = rhos.masked_select(mask);
+      stats.rho_mean += real_rhos.mean().item<double>() / optimizer_steps;
+      stats.rho_max = std::max(stats.rho_max, real_rhos.max().item<double>());
+    }
+  }
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
   return stats;
 }

@@ -34,8 +34,8 @@ struct LearnerOptions {
   // here, docs/training.md).
   bool decoupled = false;
   double value_clip = 0.0;        // PPO value clip around the batch-start values; 0 = off
-  int64_t epochs = 4;             // PPO passes over each batch
-  int64_t minibatches = 4;        // PPO optimizer steps per epoch, each on a share of the rows
+  int64_t epochs = 4;             // passes over each batch
+  int64_t minibatches = 4;        // optimizer steps per epoch, each on a share of the rows
   double entropy_coef = 0.01;
   double value_coef = 0.5;
   double rho_bar = 1.0;           // V-trace, and decoupled PPO's behaviour correction

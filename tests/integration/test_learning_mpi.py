@@ -1,22 +1,26 @@
-"""Learning regression guard: PPO on CartPole-v1 with the main job's config, 1 learner
-and 2 actors, fixed seed, 300k env steps. The issue's target (mean return >= 450) is not
-reliably reached yet (447 at this budget with seed 1, 421 and 487 at 400k with seeds 2
-and 3: docs/training.md); this guards what is reached,
-so a change that breaks learning fails here."""
+"""CartPole-v1 learns under mpiexec, 1 learner and 2 actors, with the shipped configs and
+fixed seeds: mean return of the last 100 episodes >= 450 within 500k env steps, for PPO
+(configs/cartpole_ppo.yaml, about 2.5 min here) and V-trace (configs/cartpole_vtrace.yaml,
+about 1 min). A uniformly random policy averages about 22. Runs are not bit-reproducible
+(batch composition depends on rank timing); the margins measured are in docs/training.md."""
 import json
 import os
 import subprocess
 
+import pytest
+
 KVRL = os.environ.get("KVRL_BIN")
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "cartpole_ppo.yaml")
+CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
+BUDGET = 500000
 
 
-def test_ppo_improves_cartpole_well_beyond_random(tmp_path):
+@pytest.mark.parametrize("config", ["cartpole_ppo.yaml", "cartpole_vtrace.yaml"])
+def test_cartpole_reaches_450_within_the_budget(tmp_path, config):
     result = subprocess.run(
-        ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", "3", KVRL, "train", CONFIG, f"run.dir={tmp_path}",
-         "run.total_env_steps=300000"],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ, OMPI_MCA_btl="self,vader"))
+        ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", "3", KVRL, "train",
+         os.path.join(CONFIGS, config), f"run.dir={tmp_path}", f"run.total_env_steps={BUDGET}", "run.seed=1"],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ, OMPI_MCA_btl="self,vader"))
     assert result.returncode == 0, result.stderr[-3000:]
     learner = json.load(open(tmp_path / "rank0.json"))
-    # A uniformly random policy averages about 22 on CartPole-v1.
-    assert learner["mean_return"] >= 300, learner
+    assert learner["env_steps"] <= BUDGET + 4096 * 2, learner
+    assert learner["mean_return"] >= 450, learner

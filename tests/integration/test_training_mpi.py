@@ -31,11 +31,22 @@ def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_p
     for actor in actors:
         assert actor["weight_updates_applied"] >= 1, actor
         assert actor["cache_invalidations"] >= 2, actor  # the initial weights, then at least one update
+        # Streams in mid-episode kept their context across the updates (rebuilt, not restarted).
+        assert actor["context_steps_rebuilt"] > 0, actor
     sent = sum(a["episodes_sent"] for a in actors)
     assert sent == learner["episodes_received"]
     assert learner["episodes_received"] == learner["episodes_used"] + sum(learner["dropped"].values())
     assert learner["announced_by"] == {str(a["rank"]): a["episodes_sent"] for a in actors}
     assert os.path.exists(tmp_path / "config.yaml")
+
+
+def test_restarting_contexts_instead_is_a_config_choice(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=3", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "actor.keep_context_on_update=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    learner, actor = stats(tmp_path, 2)
+    assert actor["weight_updates_applied"] >= 1, actor
+    assert actor["context_steps_rebuilt"] == 0, actor
 
 
 def test_two_learners_stay_bit_identical(tmp_path):
