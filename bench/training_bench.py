@@ -40,7 +40,9 @@ def run_kvrl(kvrl, actors, steps, seed):
     with tempfile.TemporaryDirectory() as run_dir:
         command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", str(actors + 1), kvrl, "train",
                    str(ROOT / "configs" / "cartpole_ppo.yaml"), f"run.total_env_steps={steps}",
-                   f"run.dir={run_dir}", f"run.seed={seed}", "run.log_interval_s=1000"]
+                   f"run.dir={run_dir}", f"run.seed={seed}", "run.log_interval_s=1000",
+                   # One actor alone must be allowed a whole batch in flight.
+                   f"actor.credit_steps={max(2048, STEPS_PER_UPDATE // actors)}"]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         begin = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
