@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "common/errors.h"
 #include "learner/returns.h"
@@ -87,6 +88,17 @@ double Learner::step_optimizer(const at::Tensor& loss) {
   return norm;
 }
 
+void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
+                       bool first_step, UpdateStats& stats) {
+  const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+  stats.grad_norm = step_optimizer(loss);
+  if (first_step) {
+    stats.policy_loss = policy_loss.item<double>();
+    stats.value_loss = value_loss.item<double>();
+    stats.entropy = entropy.item<double>();
+  }
+}
+
 UpdateStats Learner::update(const std::vector<Episode>& episodes) {
   UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes) : update_vtrace(episodes);
   ++updates_;
@@ -160,17 +172,10 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       }
       const at::Tensor value_loss = 0.5 * masked_mean(value_error, mb_mask);
       const at::Tensor entropy = masked_mean(model_->entropy(window), mb_mask);
-      const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
-      stats.grad_norm = step_optimizer(loss);
-      // Losses and entropy as the batch started; KL and clip fraction averaged over every
-      // optimizer step, since the first one is 0 by construction for decoupled PPO.
+      optimize(policy_loss, value_loss, entropy, std::exchange(first, false), stats);
+      // KL and clip fraction averaged over every optimizer step, since the first one is 0
+      // by construction for decoupled PPO.
       torch::NoGradGuard no_grad;
-      if (first) {
-        first = false;
-        stats.policy_loss = policy_loss.item<double>();
-        stats.value_loss = value_loss.item<double>();
-        stats.entropy = entropy.item<double>();
-      }
       // k3 estimator of KL(anchor || pi), and how often the ratio was clipped.
       stats.approx_kl += masked_mean((ratio - 1) - log_ratio, mb_mask).item<double>() / optimizer_steps;
       stats.clip_fraction +=
@@ -229,15 +234,8 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
       const at::Tensor policy_loss = -masked_mean(log_probs * pg_advantages, mask);
       const at::Tensor value_loss = 0.5 * masked_mean((window.values - vs).pow(2), mask);
       const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
-      const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
-      stats.grad_norm = step_optimizer(loss);
+      optimize(policy_loss, value_loss, entropy, std::exchange(first, false), stats);
       torch::NoGradGuard no_grad;
-      if (first) {
-        first = false;
-        stats.policy_loss = policy_loss.item<double>();
-        stats.value_loss = value_loss.item<double>();
-        stats.entropy = entropy.item<double>();
-      }
       const at::Tensor real_rhos = rhos.masked_select(mask);
       stats.rho_mean += real_rhos.mean().item<double>() / optimizer_steps;
       stats.rho_max = std::max(stats.rho_max, real_rhos.max().item<double>());

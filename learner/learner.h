@@ -67,6 +67,10 @@ class Learner {
 
  private:
   double step_optimizer(const at::Tensor& loss);  // returns the gradient norm before clipping
+  // One optimizer step on the weighted sum of the terms; the first step of an update also
+  // records the terms in `stats`, as the batch started.
+  void optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
+                bool first_step, UpdateStats& stats);
   UpdateStats update_ppo(const std::vector<Episode>& episodes);
   UpdateStats update_vtrace(const std::vector<Episode>& episodes);
 

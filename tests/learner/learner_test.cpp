@@ -28,6 +28,17 @@ Episode episode_of_length(int64_t length, bool terminated = true, float reward =
   return e;
 }
 
+// A two-action ActorCritic over 2 observation features.
+ActorCriticOptions two_action_model(int64_t hidden_size, int64_t max_seq_len) {
+  ActorCriticOptions options;
+  options.transformer.input_size = 2;
+  options.transformer.hidden_size = hidden_size;
+  options.transformer.num_heads = 2;
+  options.transformer.max_seq_len = max_seq_len;
+  options.num_outputs = 2;
+  return options;
+}
+
 TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
   const WindowBatch batch = pack_windows({episode_of_length(3), episode_of_length(9), episode_of_length(5)}, 16);
   EXPECT_EQ(batch.width(), 10);  // the longest episode plus its final token
@@ -90,12 +101,7 @@ class BanditLearning : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BanditLearning, RaisesTheProbabilityOfThePayingArm) {
   torch::manual_seed(0);
-  ActorCriticOptions model_options;
-  model_options.transformer.input_size = 2;
-  model_options.transformer.hidden_size = 16;
-  model_options.transformer.num_heads = 2;
-  model_options.transformer.max_seq_len = 4;
-  model_options.num_outputs = 2;
+  const ActorCriticOptions model_options = two_action_model(16, 4);
   auto model = std::make_shared<ActorCritic>(model_options);
   LearnerOptions options;
   options.algorithm = GetParam() == "ppo_classic" ? "ppo" : GetParam();
@@ -135,12 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, BanditLearning, ::testing::Values("ppo", "p
 TEST(Learner, DecoupledPpoClipsAgainstTheLearnersPolicyNotTheStaleBehaviour) {
   auto first_minibatch_stats = [](bool decoupled) {
     torch::manual_seed(0);
-    ActorCriticOptions model_options;
-    model_options.transformer.input_size = 2;
-    model_options.transformer.hidden_size = 8;
-    model_options.transformer.num_heads = 2;
-    model_options.transformer.max_seq_len = 8;
-    model_options.num_outputs = 2;
+    const ActorCriticOptions model_options = two_action_model(8, 8);
     LearnerOptions options;
     options.decoupled = decoupled;
     options.epochs = 1;
@@ -166,12 +167,7 @@ TEST(Learner, DecoupledPpoClipsAgainstTheLearnersPolicyNotTheStaleBehaviour) {
 }
 
 TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
-  ActorCriticOptions model_options;
-  model_options.transformer.input_size = 2;
-  model_options.transformer.hidden_size = 8;
-  model_options.transformer.num_heads = 2;
-  model_options.transformer.max_seq_len = 4;
-  model_options.num_outputs = 2;
+  const ActorCriticOptions model_options = two_action_model(8, 4);
   LearnerOptions options;
   options.algorithm = "a2c";
   try {
