@@ -1,6 +1,6 @@
 #include "actor/actor_loop.h"
 
-#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
 
@@ -78,7 +78,7 @@ void ActorLoop::apply_weights(const WeightsMessage& weights) {
   ++stats_.cache_invalidations;
   if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
   stats_.policy_version = weights.policy_version;
-  if (!options_.keep_context_on_update || open_.empty()) {
+  if (!options_.keep_context_on_update) {
     model_->mark_weight_update();
     return;
   }
@@ -89,16 +89,15 @@ void ActorLoop::apply_weights(const WeightsMessage& weights) {
   auto steps_taken = [&](const Episode& e) { return static_cast<int64_t>(e.observations.size()) / obs_size; };
   for (const Episode& e : open_) longest = std::max(longest, steps_taken(e));
   at::Tensor observations = at::zeros({streams, longest, obs_size}, at::kFloat);
-  at::Tensor lengths = at::empty({streams}, at::kLong);
+  std::vector<int64_t> lengths(streams);
+  float* rows = observations.data_ptr<float>();
   for (int64_t i = 0; i < streams; ++i) {
     const Episode& e = open_[i];
     lengths[i] = steps_taken(e);
-    if (!e.observations.empty()) {
-      std::memcpy(observations[i].data_ptr<float>(), e.observations.data(), e.observations.size() * sizeof(float));
-    }
-    stats_.context_steps_rebuilt += steps_taken(e);
+    std::copy(e.observations.begin(), e.observations.end(), rows + i * longest * obs_size);
+    stats_.context_steps_rebuilt += lengths[i];
   }
-  model_->mark_weight_update_keeping_context(observations, lengths);
+  model_->mark_weight_update_keeping_context(observations, at::tensor(lengths, at::kLong));
 }
 
 bool ActorLoop::ship_outbox() {

@@ -1,6 +1,5 @@
 #include "learner/learner.h"
 
-#include <ATen/ops/ones_like.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -123,8 +122,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       stats.rho_mean = real_weights.mean().item<double>();
       stats.rho_max = real_weights.max().item<double>();
     } else {
-      anchor_log_probs = batch.behaviour_log_probs;
-      behaviour_weights = at::ones_like(old_values);
+      anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
     }
     advantages = at::zeros_like(old_values);
     for (const EpisodeSlot& slot : batch.slots) {
@@ -146,6 +144,8 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
   bool first = true;
   const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
+  at::Tensor kl_sum = at::zeros({}, old_values.options());
+  at::Tensor clip_sum = at::zeros({}, old_values.options());
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
@@ -159,10 +159,9 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
       const at::Tensor log_ratio = log_probs - rows_of(anchor_log_probs);
       const at::Tensor ratio = log_ratio.exp();
-      const at::Tensor surrogate =
-          rows_of(behaviour_weights) *
-          at::min(ratio * mb_advantages,
-                  ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * mb_advantages);
+      at::Tensor surrogate = at::min(ratio * mb_advantages,
+                                     ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * mb_advantages);
+      if (behaviour_weights.defined()) surrogate = rows_of(behaviour_weights) * surrogate;
       const at::Tensor policy_loss = -masked_mean(surrogate, mb_mask);
       at::Tensor value_error = (window.values - mb_returns).pow(2);
       if (options_.value_clip > 0) {
@@ -176,13 +175,14 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
       // KL and clip fraction averaged over every optimizer step, since the first one is 0
       // by construction for decoupled PPO.
       torch::NoGradGuard no_grad;
-      // k3 estimator of KL(anchor || pi), and how often the ratio was clipped.
-      stats.approx_kl += masked_mean((ratio - 1) - log_ratio, mb_mask).item<double>() / optimizer_steps;
-      stats.clip_fraction +=
-          masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mb_mask).item<double>() /
-          optimizer_steps;
+      // k3 estimator of KL(anchor || pi), and how often the ratio was clipped; summed on
+      // the device and read once per update.
+      kl_sum += masked_mean((ratio - 1) - log_ratio, mb_mask);
+      clip_sum += masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mb_mask);
     }
   }
+  stats.approx_kl = kl_sum.item<double>() / optimizer_steps;
+  stats.clip_fraction = clip_sum.item<double>() / optimizer_steps;
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
   return stats;
 }
@@ -198,7 +198,8 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
   const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
   bool first = true;
-  stats.rho_max = 0;
+  std::vector<std::vector<const EpisodeSlot*>> slots_of_row(rows);
+  for (const EpisodeSlot& slot : batch.slots) slots_of_row[slot.row].push_back(&slot);
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
@@ -218,8 +219,8 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
         const at::Tensor rewards = rows_of(batch.rewards);
         const auto picked = index.accessor<int64_t, 1>();
         for (int64_t position = 0; position < picked.size(0); ++position) {
-          for (const EpisodeSlot& slot : batch.slots) {
-            if (slot.row != picked[position]) continue;
+          for (const EpisodeSlot* slot_in_row : slots_of_row[picked[position]]) {
+            const EpisodeSlot& slot = *slot_in_row;
             const double bootstrap = slot.terminated ? 0.0 : values[position][slot.offset + slot.length].item<double>();
             auto steps = [&](const at::Tensor& t) { return t[position].narrow(0, slot.offset, slot.length); };
             const VTraceTargets targets =
