@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/parameter_vector.h"
+#include "common/process_signals.h"
 #include "common/weights_codec.h"
 
 namespace kvrl {
@@ -56,7 +58,12 @@ void ActorLoop::handle(const Message& message) {
       if (steps > 0) credits_[index] += steps;
       break;
     }
-    case MessageTag::kStop: learner_stopped_[index] = true; break;
+    case MessageTag::kStop:
+      learner_stopped_[index] = true;
+      if (message.bytes.size() == 1 && message.bytes[0] <= static_cast<uint8_t>(RunEnd::kNonFinite)) {
+        stats_.end = std::max(stats_.end, static_cast<RunEnd>(message.bytes[0]));
+      }
+      break;
     case MessageTag::kWeights: {
       try {
         const WeightsMessage weights = WeightsCodec::decode(message.bytes, parameter_count_);
@@ -74,7 +81,7 @@ void ActorLoop::handle(const Message& message) {
 }
 
 void ActorLoop::apply_weights(const WeightsMessage& weights) {
-  WeightsCodec::apply(weights, parameters_);
+  assign_parameters(weights.values, parameters_);
   ++stats_.cache_invalidations;
   if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
   stats_.policy_version = weights.policy_version;
@@ -106,10 +113,10 @@ bool ActorLoop::ship_outbox() {
     if (*best <= 0) return false;
     const size_t index = best - credits_.begin();
     std::vector<uint8_t> bytes = codec_.encode(outbox_.back());
-    if (options_.corrupt_episode > 0 && stats_.episodes_sent + 1 == options_.corrupt_episode) {
+    if (options_.faults.corrupt_episode > 0 && stats_.episodes_sent + 1 == options_.faults.corrupt_episode) {
       bytes[bytes.size() / 2] ^= 0x5a;  // the checksum will no longer match
       ++stats_.corrupt_messages_injected;
-      logger_->warn(cat("fault injection: corrupting episode message ", options_.corrupt_episode, " on purpose"));
+      logger_->warn(cat("fault injection: corrupting episode message ", options_.faults.corrupt_episode, " on purpose"));
     }
     transport_.send(options_.learner_ranks[index], MessageTag::kEpisode, std::move(bytes));
     // A learner with any credit left takes a whole episode: it may overdraw by one episode,
@@ -162,9 +169,20 @@ ActorStats ActorLoop::run() {
                     env_.env(0).name()));
   env_.reset();
   std::vector<float> actions(env_.num_envs() * act_size);
+  int64_t vector_steps = 0;
   while (!all_stopped()) {
     drain();
     if (all_stopped()) break;
+    if (stop_requested() && !stats_.asked_to_stop) {
+      stats_.asked_to_stop = true;
+      logger_->warn("received " + signal_name(stop_requested()) + ": asking the learners to stop the run");
+      for (int learner : options_.learner_ranks) transport_.send(learner, MessageTag::kStopRequest, {});
+    }
+    if (stats_.asked_to_stop) {  // wait for the learners' stop, acting no more
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    options_.faults.fail_if_due(++vector_steps, *logger_);
     if (!ship_outbox()) {  // no credit: wait for a learner instead of collecting more
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       continue;
@@ -191,6 +209,8 @@ ActorStats ActorLoop::run() {
       }
     }
   }
+  for (const Episode& e : open_) stats_.partial_episodes_at_stop += e.length() > 0 ? 1 : 0;
+  stats_.unsent_episodes_at_stop = static_cast<int64_t>(outbox_.size());
   // Every learner has stopped; tell each how many episodes to expect, then let the sends finish.
   for (size_t i = 0; i < options_.learner_ranks.size(); ++i) {
     std::vector<uint8_t> count(sizeof(int64_t));

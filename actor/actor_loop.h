@@ -4,7 +4,8 @@
 // grants one, so a slow learner throttles actors and memory stays bounded. New weights
 // are applied between steps, then mark_weight_update() restarts every stream's cache.
 // It ends when every learner has said stop, after telling each learner how many
-// episodes it sent.
+// episodes it sent. Asked to stop itself (a signal), it stops stepping and asks the
+// learners to end the run; episodes cut short or never sent are counted.
 #pragma once
 
 
@@ -14,6 +15,7 @@
 #include "actor/vector_env.h"
 #include "common/actor_critic.h"
 #include "common/episode_codec.h"
+#include "common/fault_injection.h"
 #include "common/logger.h"
 #include "common/mpi_transport.h"
 #include "common/weights_codec.h"
@@ -28,6 +30,10 @@ struct ActorStats {
   int64_t context_steps_rebuilt = 0;   // steps re-encoded to keep context across updates
   int64_t policy_version = -1;         // the version acting at the end
   int64_t corrupt_messages_injected = 0;
+  int64_t partial_episodes_at_stop = 0;   // episodes still running when the run stopped
+  int64_t unsent_episodes_at_stop = 0;    // complete episodes still waiting for a credit
+  bool asked_to_stop = false;             // this actor received a stop signal
+  RunEnd end = RunEnd::kFinished;         // as the learners said when they stopped
   std::vector<int64_t> episodes_sent_to;  // per learner
 };
 
@@ -38,8 +44,7 @@ struct ActorLoopOptions {
   // After new weights, rebuild each stream's cache from its episode so far (true), or
   // restart every stream's context as the reference's mark_weight_update() does (false).
   bool keep_context_on_update = true;
-  // Fault injection for tests: replace the Nth episode sent (1-based) with corrupt bytes; 0 = off.
-  int64_t corrupt_episode = 0;
+  FaultPlan faults;  // for tests: corrupt_episode counts episodes sent, exit/abort/kill vector steps
 };
 
 class ActorLoop {

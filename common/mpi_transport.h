@@ -19,9 +19,13 @@ enum class MessageTag : int {
   kEpisode = 1,    // actor -> learner: an encoded Episode
   kCredit = 2,     // learner -> actor: one more episode may be sent
   kWeights = 3,    // learner 0 -> actor: encoded weights with their policy version
-  kStop = 4,       // learner -> actor: this learner sends nothing more; stop acting
+  kStop = 4,       // learner -> actor: this learner sends nothing more; stop acting (one byte: RunEnd)
   kActorDone = 5,  // actor -> learner: int64 count of episodes this actor sent to it
+  kStopRequest = 6,  // actor -> learner: this actor was asked to stop (a signal); stop the run
 };
+
+// Why a run ended, carried by kStop so that every rank exits with the same status.
+enum class RunEnd : uint8_t { kFinished = 0, kInterrupted = 1, kNonFinite = 2 };
 
 struct Message {
   int source = -1;

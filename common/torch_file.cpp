@@ -396,7 +396,11 @@ c10::IValue read_torch_file(const std::string& path) {
     auto [data, size] = archive->getRecord("data.pkl");
     pickle.assign(static_cast<const char*>(data.get()), size);
   } catch (const c10::Error& error) {
-    throw MalformedInputError("'" + path + "' is not a torch.save archive: " + error.what_without_backtrace());
+    // miniz's reason, without the paragraph of advice PyTorch appends to it.
+    std::string reason = error.what_without_backtrace();
+    const size_t advice = reason.find(". This is an internal miniz error");
+    if (advice != std::string::npos) reason.resize(advice);
+    throw MalformedInputError("'" + path + "' is not a torch.save archive: " + reason);
   }
   const StorageRecordLoader load_storage = [&](const std::string& key) {
     const std::string record = "data/" + key;

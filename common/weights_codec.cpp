@@ -1,8 +1,5 @@
 #include "common/weights_codec.h"
 
-#include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
-
 #include <cstring>
 
 #include "common/crc32.h"
@@ -16,22 +13,16 @@ using Reason = MalformedMessageError::Reason;
 
 }  // namespace
 
-std::vector<uint8_t> WeightsCodec::encode(int64_t policy_version, const std::vector<at::Tensor>& parameters) {
-  int64_t numel = 0;
-  for (const auto& p : parameters) numel += p.numel();
-  std::vector<uint8_t> out(kHeaderBytes + static_cast<size_t>(numel) * 4 + 4);
+std::vector<uint8_t> WeightsCodec::encode(int64_t policy_version, std::span<const float> values) {
+  const int64_t numel = static_cast<int64_t>(values.size());
+  std::vector<uint8_t> out(kHeaderBytes + values.size() * 4 + 4);
   const uint16_t reserved = 0;
   std::memcpy(out.data(), &kMagic, 4);
   std::memcpy(out.data() + 4, &kVersion, 2);
   std::memcpy(out.data() + 6, &reserved, 2);
   std::memcpy(out.data() + 8, &policy_version, 8);
   std::memcpy(out.data() + 16, &numel, 8);
-  uint8_t* cursor = out.data() + kHeaderBytes;
-  for (const auto& p : parameters) {
-    const at::Tensor values = p.detach().to(at::kCPU, at::kFloat).contiguous();
-    std::memcpy(cursor, values.data_ptr<float>(), values.numel() * 4);
-    cursor += values.numel() * 4;
-  }
+  if (!values.empty()) std::memcpy(out.data() + kHeaderBytes, values.data(), values.size() * 4);
   const uint32_t crc = crc32(out.data(), out.size() - 4);
   std::memcpy(out.data() + out.size() - 4, &crc, 4);
   return out;
@@ -60,19 +51,9 @@ WeightsMessage WeightsCodec::decode(std::span<const uint8_t> message, int64_t ex
                                                    " values, the model has " + std::to_string(expected_numel));
   }
   if (decoded.policy_version < 0) throw MalformedMessageError(Reason::kContent, "negative policy version");
-  decoded.values = at::empty({numel}, at::kFloat);
-  std::memcpy(decoded.values.data_ptr<float>(), message.data() + kHeaderBytes, static_cast<size_t>(numel) * 4);
+  decoded.values.resize(static_cast<size_t>(numel));
+  if (numel > 0) std::memcpy(decoded.values.data(), message.data() + kHeaderBytes, static_cast<size_t>(numel) * 4);
   return decoded;
-}
-
-void WeightsCodec::apply(const WeightsMessage& message, std::vector<at::Tensor>& parameters) {
-  at::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (auto& p : parameters) {
-    p.copy_(message.values.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
-  TORCH_INTERNAL_ASSERT(offset == message.values.numel(), "weights message size was checked on decode");
 }
 
 }  // namespace kvrl

@@ -1,10 +1,10 @@
 // The weight message from learner 0 to actors: a header (magic, format version, policy
 // version, element count), every parameter's float32 values in the module's parameter
 // order, and a CRC-32. An actor applies a message only after it decoded whole, so a
-// half-received or corrupt broadcast is never used.
+// half-received or corrupt broadcast is never used. Encoding and decoding touch no
+// LibTorch (the fuzz target builds them alone); common/parameter_vector.h moves the
+// values between a module's parameters and one flat vector.
 #pragma once
-
-#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <span>
@@ -14,7 +14,7 @@ namespace kvrl {
 
 struct WeightsMessage {
   int64_t policy_version = 0;
-  at::Tensor values;  // [numel] float32, the parameters flattened in order
+  std::vector<float> values;  // the parameters flattened in order
 };
 
 class WeightsCodec {
@@ -22,11 +22,9 @@ class WeightsCodec {
   static constexpr uint32_t kMagic = 0x5457564b;  // "KVWT"
   static constexpr uint16_t kVersion = 1;
 
-  static std::vector<uint8_t> encode(int64_t policy_version, const std::vector<at::Tensor>& parameters);
+  static std::vector<uint8_t> encode(int64_t policy_version, std::span<const float> values);
   // Throws MalformedMessageError unless the message is whole and holds `expected_numel` values.
   static WeightsMessage decode(std::span<const uint8_t> message, int64_t expected_numel);
-  // Copies decoded values into `parameters` (same order and total size as encoded).
-  static void apply(const WeightsMessage& message, std::vector<at::Tensor>& parameters);
 };
 
 }  // namespace kvrl

@@ -22,6 +22,8 @@ constexpr const char* kUsage =
     "  transformer-eval IN.pt OUT.pt   run the transformer core on a torch.save'd input\n"
     "  train CONFIG.yaml [key=value ...]\n"
     "                                  distributed training (under mpirun; see launch/kvrl-mpirun)\n"
+    "  train [CONFIG.yaml] --resume RUN_DIR [key=value ...]\n"
+    "                                  continue a run from its newest usable checkpoint\n"
     "  env-rollout IN.pt OUT.pt        roll out an environment from a state with given actions\n"
     "  config-reference                print every config key as a markdown table (docs/config.md)\n"
     "  info                            what this build and machine can run on\n"

@@ -15,9 +15,12 @@
 #include "actor/vector_env.h"
 #include "common/accelerator_probe.h"
 #include "common/errors.h"
+#include "common/fault_injection.h"
 #include "common/logger.h"
 #include "common/mpi_check.h"
 #include "common/mpi_transport.h"
+#include "common/process_signals.h"
+#include "learner/checkpoint.h"
 #include "launch/train_config.h"
 #include "learner/learner_loop.h"
 
@@ -76,10 +79,63 @@ struct Setup {
   EpisodeSpec spec;
 };
 
-Setup prepare(const std::vector<std::string>& args) {
-  if (args.empty()) throw InvalidArgumentError("train needs a config file: kvrl train CONFIG.yaml [key=value ...]");
+// The update of the newest checkpoint file in `dir` (0 when there is none): a resumed
+// run's actors seed their environments and sampling from it, so they do not replay the
+// episodes of the run they continue.
+int64_t newest_checkpoint_update(const std::string& dir) {
+  const std::vector<std::string> files = CheckpointDirectory(dir, 1).newest_first();
+  if (files.empty()) return 0;
+  const std::string name = std::filesystem::path(files.front()).stem().string();  // checkpoint-0000000042
+  return std::stoll(name.substr(name.find('-') + 1));
+}
+
+int exit_code_for(RunEnd end) {
+  switch (end) {
+    case RunEnd::kFinished: return kTrainFinished;
+    case RunEnd::kInterrupted: return kTrainInterrupted;
+    case RunEnd::kNonFinite: return kTrainNonFinite;
+  }
+  return kTrainFailed;
+}
+
+// `[CONFIG.yaml] [--resume RUN_DIR] [key=value ...]`.
+struct TrainArguments {
+  std::string config_path;
+  std::string resume_dir;  // empty: a fresh run
+  std::vector<std::string> overrides;
+};
+
+TrainArguments parse_arguments(const std::vector<std::string>& args) {
+  TrainArguments parsed;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--resume") {
+      if (i + 1 >= args.size() || args[i + 1].empty()) throw InvalidArgumentError("--resume needs a run directory");
+      parsed.resume_dir = args[++i];
+    } else if (args[i].rfind("--", 0) == 0) {
+      throw InvalidArgumentError("unknown option '" + args[i] + "' (train takes --resume RUN_DIR)");
+    } else if (i == 0 && args[i].find('=') == std::string::npos) {
+      parsed.config_path = args[i];
+    } else {
+      parsed.overrides.push_back(args[i]);
+    }
+  }
+  if (!parsed.resume_dir.empty()) {
+    if (!std::filesystem::is_directory(parsed.resume_dir)) {
+      throw InvalidArgumentError("--resume " + parsed.resume_dir + ": no such run directory");
+    }
+    if (parsed.config_path.empty()) parsed.config_path = (std::filesystem::path(parsed.resume_dir) / "config.yaml").string();
+    parsed.overrides.push_back("run.dir=" + parsed.resume_dir);
+  }
+  if (parsed.config_path.empty()) {
+    throw InvalidArgumentError("train needs a config file: kvrl train CONFIG.yaml [key=value ...] or "
+                               "kvrl train --resume RUN_DIR [key=value ...]");
+  }
+  return parsed;
+}
+
+Setup prepare(const TrainArguments& arguments) {
   Setup setup;
-  setup.config = TrainConfig::load(args[0], {args.begin() + 1, args.end()});
+  setup.config = TrainConfig::load(arguments.config_path, arguments.overrides);
   setup.prototype = make_configured_env(setup.config);
   const int64_t time_limit = setup.prototype->time_limit();
   if (time_limit <= 0) {
@@ -105,15 +161,20 @@ int run_train(const std::vector<std::string>& args) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int exit_code = 0;
+  install_crash_reporter(rank, "starting");
+  install_stop_request_handlers();
+  int exit_code = kTrainFinished;
+  std::string role = "unassigned";
+  bool working = false;  // past the checks every rank makes alike
   try {
-    Setup setup = prepare(args);
+    const TrainArguments arguments = parse_arguments(args);
+    Setup setup = prepare(arguments);
     TrainConfig& config = setup.config;
     if (config.learners >= size) {
       throw InvalidArgumentError(
           "learners (" + std::to_string(config.learners) + ") needs at least one more rank to act, but " +
           std::to_string(size) + " rank(s) were started: run it as\n  launch/kvrl-mpirun -np " +
-          std::to_string(config.learners + 2) + " build/launch/kvrl train " + args[0] +
+          std::to_string(config.learners + 2) + " build/launch/kvrl train " + arguments.config_path +
           "\n(or mpirun --allow-run-as-root --oversubscribe -np N ...), with N >= learners + 1");
     }
     const int64_t share = (config.steps_per_update + config.learners - 1) / config.learners;
@@ -123,8 +184,16 @@ int run_train(const std::vector<std::string>& args) {
                                  "learner.steps_per_update (" + std::to_string(share) +
                                  "): the learners could never fill a batch; raise actor.credit_steps");
     }
+    const FaultPlan faults = FaultPlan::from_environment(rank);
     const bool is_learner = rank < config.learners;
+    role = is_learner ? "learner" : "actor";
+    install_crash_reporter(rank, role);
     const std::filesystem::path run_dir = config.run_dir;
+    const std::string checkpoint_dir = (run_dir / "checkpoints").string();
+    const bool resuming = !arguments.resume_dir.empty();
+    if (resuming && CheckpointDirectory(checkpoint_dir, 1).newest_first().empty()) {
+      throw InvalidArgumentError("--resume " + arguments.resume_dir + ": no checkpoint in " + checkpoint_dir);
+    }
     if (rank == 0) {
       std::filesystem::create_directories(run_dir);
       write_text(run_dir / "config.yaml", config.to_yaml());
@@ -132,10 +201,14 @@ int run_train(const std::vector<std::string>& args) {
                   config.to_yaml().c_str());
       std::fflush(stdout);
     }
-    KVRL_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD), "waiting for the run directory");
-    auto logger = std::make_shared<Logger>(rank, is_learner ? "learner" : "actor",
-                                           (run_dir / cat("rank", rank, ".log")).string(), "info");
+    working = true;
+    int64_t resume_offset = rank == 0 && resuming ? newest_checkpoint_update(checkpoint_dir) : 0;
+    KVRL_MPI_CHECK(MPI_Bcast(&resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "sharing the resume point");
+    auto logger = std::make_shared<Logger>(rank, role, (run_dir / cat("rank", rank, ".log")).string(), "info");
     logger->info(probe_accelerators().summary());
+    if (rank == 0) {
+      logger->info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", size - 1));
+    }
     // Ranks share the cores of a node: one intra-op thread each.
     at::set_num_threads(1);
     torch::manual_seed(config.seed);
@@ -153,6 +226,25 @@ int run_train(const std::vector<std::string>& args) {
       auto communicator = std::make_shared<MpiCommunicator>(learner_comm);
       Learner learner(model, config.learner_options(), communicator);
       LearnerLoopOptions options;
+      if (resuming) {
+        const auto check_config = [&](const std::string& yaml) {
+          const std::string difference = config.model_difference(TrainConfig::parse(yaml, {}));
+          if (!difference.empty()) throw InvalidArgumentError(difference);
+        };
+        auto [path, contents] = CheckpointDirectory(checkpoint_dir, config.checkpoint_keep)
+                                    .restore_newest(learner, *logger, check_config);
+        options.resumed = contents.progress;
+        // Learners restore independently; they must agree on where they start.
+        const double update = static_cast<double>(options.resumed.updates);
+        if (communicator->all_reduce_sum(update) != update * config.learners) {
+          throw Error("the learners restored checkpoints of different updates; is " + checkpoint_dir +
+                      " the same directory on every node?");
+        }
+        logger->info(cat("resumed from ", path, ": update ", options.resumed.updates, ", policy version ",
+                         options.resumed.policy_version, ", env steps ", options.resumed.env_steps,
+                         "; episodes in flight when it was written were dropped then (", options.resumed.dropped.size(),
+                         " reasons counted in the checkpoint)"));
+      }
       options.actor_ranks = roles.actors;
       options.total_env_steps = config.total_env_steps;
       options.max_updates = config.max_updates;
@@ -161,8 +253,16 @@ int run_train(const std::vector<std::string>& args) {
       options.max_policy_lag = config.max_policy_lag;
       options.log_interval_s = config.log_interval_s;
       options.metrics_path = (run_dir / "metrics.csv").string();
+      options.checkpoint_dir = checkpoint_dir;
+      options.checkpoint_interval_updates = config.checkpoint_interval_updates;
+      options.checkpoint_interval_s = config.checkpoint_interval_s;
+      options.checkpoint_keep = config.checkpoint_keep;
+      options.config_yaml = config.to_yaml();
+      options.max_consecutive_skips = config.max_consecutive_skips;
+      options.faults = faults;
       LearnerLoop loop(options, transport, communicator, learner, codec, logger);
       const LearnerStats stats = loop.run();
+      exit_code = exit_code_for(stats.end);
       stats_json = cat("{\"role\": \"learner\", \"rank\": ", rank, ", \"updates\": ", stats.updates,
                        ", \"env_steps\": ", stats.env_steps, ", \"episodes_received\": ", stats.episodes_received,
                        ", \"episodes_used\": ", stats.episodes_used, ", \"dropped\": ", json_counts(stats.dropped),
@@ -170,31 +270,40 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"announced_by\": ", json_counts(stats.announced_by), ", \"lag_min\": ", stats.lag_min,
                        ", \"lag_mean\": ", stats.lag_mean, ", \"lag_max\": ", stats.lag_max,
                        ", \"mean_return\": ", stats.mean_return, ", \"wall_seconds\": ", stats.wall_seconds,
+                       ", \"resumed_from_update\": ", options.resumed.updates,
+                       ", \"skipped_updates\": ", stats.skipped_updates, ", \"exit_code\": ", exit_code,
+                       ", \"last_checkpoint\": \"", stats.last_checkpoint, "\"",
                        ", \"parameter_checksum\": \"", stats.parameter_checksum, "\"}");
       if (rank == 0) {
         logger->info(cat("lag min/mean/max ", stats.lag_min, "/", stats.lag_mean, "/", stats.lag_max,
                          ", dropped ", json_counts(stats.dropped)));
-        std::printf("kvrl train: finished: env_steps=%lld updates=%lld mean_return=%.2f wall_time=%.1fs\n",
-                    static_cast<long long>(stats.env_steps), static_cast<long long>(stats.updates), stats.mean_return,
-                    stats.wall_seconds);
+        const std::string resume_hint =
+            "; resume from " + stats.last_checkpoint + " with: kvrl train --resume " + run_dir.string();
+        if (stats.end == RunEnd::kInterrupted) {
+          std::printf("kvrl train: interrupted (%s) at update %lld%s\n", stats.end_reason.c_str(),
+                      static_cast<long long>(stats.updates), resume_hint.c_str());
+        } else if (stats.end == RunEnd::kNonFinite) {
+          std::fprintf(stderr, "kvrl train: stopped: %s%s (after fixing the cause, e.g. a lower learning rate)\n",
+                       stats.end_reason.c_str(), resume_hint.c_str());
+        }
+        std::printf("kvrl train: %s: env_steps=%lld updates=%lld mean_return=%.2f wall_time=%.1fs\n",
+                    stats.end == RunEnd::kFinished ? "finished" : "stopped", static_cast<long long>(stats.env_steps),
+                    static_cast<long long>(stats.updates), stats.mean_return, stats.wall_seconds);
       }
     } else {
       std::vector<std::unique_ptr<Environment>> envs;
       for (int64_t i = 0; i < config.num_envs; ++i) envs.push_back(make_configured_env(config));
-      VectorEnv env(std::move(envs), static_cast<uint64_t>(config.seed) * 7919 + static_cast<uint64_t>(rank));
+      const uint64_t seed = static_cast<uint64_t>(config.seed) + static_cast<uint64_t>(resume_offset) * 1000003;
+      VectorEnv env(std::move(envs), seed * 7919 + static_cast<uint64_t>(rank));
       ActorLoopOptions options;
       options.learner_ranks = roles.learners;
       options.credit_steps = config.credit_steps;
       options.keep_context_on_update = config.keep_context_on_update;
-      options.seed = static_cast<uint64_t>(config.seed);
-      if (const char* corrupt = std::getenv("KVRL_FAULT_CORRUPT_EPISODE")) {
-        // Fault injection for tests: "RANK:N" corrupts actor RANK's Nth episode message.
-        int fault_rank = -1;
-        long long nth = 0;
-        if (std::sscanf(corrupt, "%d:%lld", &fault_rank, &nth) == 2 && fault_rank == rank) options.corrupt_episode = nth;
-      }
+      options.seed = seed;
+      options.faults = faults;
       ActorLoop loop(options, transport, model, env, codec, logger);
       const ActorStats stats = loop.run();
+      exit_code = exit_code_for(stats.end);
       std::string sent_to = "[";
       for (size_t i = 0; i < stats.episodes_sent_to.size(); ++i) sent_to += (i ? ", " : "") + std::to_string(stats.episodes_sent_to[i]);
       stats_json = cat("{\"role\": \"actor\", \"rank\": ", rank, ", \"env_steps\": ", stats.env_steps,
@@ -203,18 +312,23 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"cache_invalidations\": ", stats.cache_invalidations,
                        ", \"context_steps_rebuilt\": ", stats.context_steps_rebuilt,
                        ", \"policy_version\": ", stats.policy_version,
+                       ", \"partial_episodes_at_stop\": ", stats.partial_episodes_at_stop,
+                       ", \"unsent_episodes_at_stop\": ", stats.unsent_episodes_at_stop,
+                       ", \"asked_to_stop\": ", stats.asked_to_stop ? "true" : "false", ", \"exit_code\": ", exit_code,
                        ", \"corrupt_messages_injected\": ", stats.corrupt_messages_injected, "}");
     }
     write_text(run_dir / cat("rank", rank, ".json"), stats_json + "\n");
     MPI_Comm_free(&learner_comm);
-  } catch (const InvalidArgumentError& error) {
-    // Every rank reads the same config and fails the same way; one says so.
-    if (rank == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
-    exit_code = 2;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "kvrl train: rank %d failed: %s\n", rank, error.what());
+    if (!working && dynamic_cast<const InvalidArgumentError*>(&error)) {
+      // Every rank reads the same config and fails the same way; one says so.
+      if (rank == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
+      MPI_Finalize();
+      return kTrainBadInput;
+    }
+    std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", rank, role.c_str(), error.what());
     // A rank that fails mid-run takes the job down instead of leaving peers waiting.
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Abort(MPI_COMM_WORLD, kTrainFailed);
   }
   MPI_Finalize();
   return exit_code;

@@ -149,6 +149,14 @@ const std::vector<Field>& schema() {
                 "learner 0 sends weights to the actors every K updates"),
       int_field("learner.max_policy_lag", [](auto& c) -> auto& { return c.max_policy_lag; }, 0, kMax,
                 "drop episodes acted on by weights older than this many versions; 0 = keep all"),
+      int_field("learner.max_consecutive_skips", [](auto& c) -> auto& { return c.max_consecutive_skips; }, 1, 1000000,
+                "an update with a NaN or Inf loss or gradient is skipped; after this many in a row the run stops"),
+      int_field("checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1, kMax,
+                "learner 0 writes a checkpoint every this many updates (and at the end)"),
+      float_field("checkpoint.interval_s", [](auto& c) -> auto& { return c.checkpoint_interval_s; }, 1, 1e9,
+                  "or after this many seconds since the last one, whichever comes first"),
+      int_field("checkpoint.keep", [](auto& c) -> auto& { return c.checkpoint_keep; }, 1, 1000000,
+                "the newest checkpoints kept in <run.dir>/checkpoints"),
       int_field("actor.credit_steps", [](auto& c) -> auto& { return c.credit_steps; }, 1, int64_t{1} << 40,
                 "env steps an actor may have in flight to each learner (flow control)"),
       bool_field("actor.keep_context_on_update", [](auto& c) -> auto& { return c.keep_context_on_update; },
@@ -248,6 +256,29 @@ std::string TrainConfig::to_yaml() const {
   std::ostringstream yaml;
   for (const auto& [key, value] : values) yaml << key << ": " << (value.empty() ? "\"\"" : value) << "\n";
   return yaml.str();
+}
+
+std::string TrainConfig::model_difference(const TrainConfig& checkpoint) const {
+  auto with_options = [](const TrainConfig& c) {
+    std::map<std::string, std::string> values;
+    for (const Field& field : schema()) {
+      // How many environments an actor steps does not change what the model is.
+      const bool defines_model = field.key.rfind("model.", 0) == 0 || field.key.rfind("env.", 0) == 0;
+      if (defines_model && field.key != "env.num_envs") values[field.key] = field.get(c);
+    }
+    for (const auto& [name, value] : c.env_options) values["env.options." + name] = std::to_string(value);
+    return values;
+  };
+  const auto mine = with_options(*this), theirs = with_options(checkpoint);
+  for (const auto& [key, value] : theirs) {
+    auto found = mine.find(key);
+    const std::string now = found == mine.end() ? "unset" : "'" + found->second + "'";
+    if (found == mine.end() || found->second != value) return key + ": '" + value + "' in the checkpoint, " + now + " now";
+  }
+  for (const auto& [key, value] : mine) {
+    if (!theirs.count(key)) return key + ": unset in the checkpoint, '" + value + "' now";
+  }
+  return "";
 }
 
 std::string TrainConfig::reference_markdown() {

@@ -39,6 +39,11 @@ struct TrainConfig {
   int64_t steps_per_update = 4096;    // env steps per update, over all learners
   int64_t weight_sync_interval = 1;   // learner 0 sends weights every K updates
   int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
+  int64_t max_consecutive_skips = 3;  // stop after this many non-finite updates in a row
+  // checkpoint
+  int64_t checkpoint_interval_updates = 50;  // learner 0 writes a checkpoint every N updates
+  double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first
+  int64_t checkpoint_keep = 3;               // the newest K checkpoints are kept
   // actor
   int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
   bool keep_context_on_update = true; // rebuild each stream's cache after new weights instead of restarting it
@@ -50,6 +55,10 @@ struct TrainConfig {
   // naming the key on an unknown key, a wrong type or a value out of range.
   static TrainConfig parse(const std::string& yaml_text, const std::vector<std::string>& overrides);
   static TrainConfig load(const std::string& path, const std::vector<std::string>& overrides);
+  // The first env.* or model.* key whose value differs from `other`'s, as
+  // "model.hidden_size: 64 in the checkpoint, 32 now", or "" when they match: a checkpoint
+  // of another model or environment cannot be resumed.
+  std::string model_difference(const TrainConfig& checkpoint) const;
   // The effective config as YAML with every key, sorted.
   std::string to_yaml() const;
   // Markdown table of every key: type, default, allowed values, doc.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "common/errors.h"
@@ -74,9 +75,16 @@ double Learner::step_optimizer(const at::Tensor& loss) {
     grads.push_back(parameter.grad());
   }
   communicator_->all_reduce_mean(grads);
-  double norm = 0;
-  if (options_.max_grad_norm > 0) {
-    norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
+  // Every learner must skip together: a loss that is not finite on one learner counts for
+  // all, and the averaged gradient is the same everywhere.
+  const bool loss_finite = loss.isfinite().item<bool>();
+  const bool all_losses_finite = communicator_->all_reduce_sum(loss_finite ? 0.0 : 1.0) == 0.0;
+  const double max_norm = options_.max_grad_norm > 0 ? options_.max_grad_norm : std::numeric_limits<double>::infinity();
+  const double norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+  if (!all_losses_finite || !std::isfinite(norm)) {
+    optimizer_.zero_grad();
+    skipped_this_update_ = true;
+    return norm;
   }
   double rate = options_.learning_rate;
   if (options_.lr_schedule == "linear" && options_.planned_updates > 0) {
@@ -89,7 +97,9 @@ double Learner::step_optimizer(const at::Tensor& loss) {
 
 void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
                        bool first_step, UpdateStats& stats) {
-  const at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+  if (skipped_this_update_) return;  // the update is abandoned on every learner alike
+  at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+  if (inject_nonfinite_loss_) loss = loss * std::numeric_limits<double>::quiet_NaN();
   stats.grad_norm = step_optimizer(loss);
   if (first_step) {
     stats.policy_loss = policy_loss.item<double>();
@@ -99,7 +109,10 @@ void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_lo
 }
 
 UpdateStats Learner::update(const std::vector<Episode>& episodes) {
+  skipped_this_update_ = false;
   UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes) : update_vtrace(episodes);
+  stats.skipped = skipped_this_update_;
+  inject_nonfinite_loss_ = false;
   ++updates_;
   stats.episodes = static_cast<int64_t>(episodes.size());
   for (const auto& e : episodes) stats.steps += e.length();

@@ -48,6 +48,9 @@ struct UpdateStats {
   double rho_mean = 0, rho_max = 0;         // V-trace, decoupled PPO: truncated pi/mu
   double grad_norm = 0, learning_rate = 0, packing_efficiency = 0;
   int64_t episodes = 0, steps = 0;
+  // A loss or gradient was NaN or Inf on some learner: that optimizer step and the rest
+  // of the update were skipped, so the parameters are those of the last finite step.
+  bool skipped = false;
 };
 
 class Learner {
@@ -64,9 +67,15 @@ class Learner {
   ActorCritic& model() { return *model_; }
   int64_t updates() const { return updates_; }
   torch::optim::Adam& optimizer() { return optimizer_; }
+  // Sets the update count a checkpoint was taken at (it drives the learning-rate schedule).
+  void restore_update_count(int64_t updates) { updates_ = updates; }
+  // Fault injection for tests: the next update's loss is NaN on this learner.
+  void inject_nonfinite_loss_next_update() { inject_nonfinite_loss_ = true; }
 
  private:
-  double step_optimizer(const at::Tensor& loss);  // returns the gradient norm before clipping
+  // Returns the gradient norm before clipping; skips the step (and sets
+  // skipped_this_update_) when the loss or the averaged gradient is not finite.
+  double step_optimizer(const at::Tensor& loss);
   // One optimizer step on the weighted sum of the terms; the first step of an update also
   // records the terms in `stats`, as the batch started.
   void optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
@@ -79,6 +88,8 @@ class Learner {
   std::shared_ptr<Communicator> communicator_;
   torch::optim::Adam optimizer_;
   int64_t updates_ = 0;
+  bool skipped_this_update_ = false;
+  bool inject_nonfinite_loss_ = false;
 };
 
 }  // namespace kvrl

@@ -10,6 +10,8 @@
 
 #include "common/crc32.h"
 #include "common/errors.h"
+#include "common/parameter_vector.h"
+#include "common/process_signals.h"
 #include "common/weights_codec.h"
 
 namespace kvrl {
@@ -34,6 +36,11 @@ LearnerLoop::LearnerLoop(LearnerLoopOptions options, MpiTransport& transport, st
       codec_(codec),
       logger_(std::move(logger)) {
   stats_.lag_min = std::numeric_limits<double>::infinity();
+  stats_.updates = options_.resumed.updates;
+  stats_.env_steps = options_.resumed.env_steps;
+  policy_version_ = options_.resumed.policy_version;
+  recent_returns_ = options_.resumed.recent_returns;
+  last_finite_update_ = options_.resumed.updates;
 }
 
 void LearnerLoop::grant_credit(int actor_rank, int64_t steps) {
@@ -43,11 +50,18 @@ void LearnerLoop::grant_credit(int actor_rank, int64_t steps) {
 }
 
 void LearnerLoop::send_weights() {
-  const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, learner_.model().parameters());
+  const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(learner_.model().parameters()));
   for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeights, bytes);
 }
 
 void LearnerLoop::receive(const Message& message, bool stopping) {
+  if (message.tag == MessageTag::kStopRequest) {
+    if (stop_requested_by_ < 0) {
+      stop_requested_by_ = message.source;
+      logger_->warn(cat("actor rank ", message.source, " asked to stop the run"));
+    }
+    return;
+  }
   if (message.tag == MessageTag::kActorDone) {
     int64_t count = -1;
     if (message.bytes.size() == sizeof(count)) std::memcpy(&count, message.bytes.data(), sizeof(count));
@@ -128,28 +142,80 @@ bool LearnerLoop::all_actors_done() const {
   return true;
 }
 
+TrainingProgress LearnerLoop::progress(double wall_seconds) const {
+  TrainingProgress p;
+  p.updates = stats_.updates;
+  p.env_steps = stats_.env_steps;
+  p.policy_version = policy_version_;
+  p.episodes_used = options_.resumed.episodes_used + stats_.episodes_used;
+  p.skipped_updates = options_.resumed.skipped_updates + stats_.skipped_updates;
+  p.wall_seconds = options_.resumed.wall_seconds + wall_seconds;
+  p.dropped = options_.resumed.dropped;
+  for (const auto& [reason, count] : stats_.dropped) p.dropped[reason] += count;
+  p.recent_returns = recent_returns_;
+  return p;
+}
+
+void LearnerLoop::save_checkpoint(double wall_seconds) {
+  if (options_.checkpoint_dir.empty() || communicator_->rank() != 0 || checkpointed_update_ == stats_.updates) return;
+  CheckpointDirectory directory(options_.checkpoint_dir, options_.checkpoint_keep);
+  stats_.last_checkpoint = directory.save(learner_, progress(wall_seconds), options_.config_yaml);
+  checkpointed_update_ = stats_.updates;
+  logger_->info(cat("checkpoint of update ", stats_.updates, " written to ", stats_.last_checkpoint));
+}
+
+bool LearnerLoop::note_skip() {
+  ++stats_.skipped_updates;
+  ++consecutive_skips_;
+  logger_->warn(cat("update ", stats_.updates, " skipped: a loss or gradient was NaN or Inf (", consecutive_skips_,
+                    " in a row, ", stats_.skipped_updates, " in this run); the parameters are those of update ",
+                    last_finite_update_));
+  return consecutive_skips_ >= options_.max_consecutive_skips;
+}
+
 LearnerStats LearnerLoop::run() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto last_log = start;
-  int64_t steps_at_last_log = 0, updates_at_last_log = 0;
+  int64_t steps_at_last_log = stats_.env_steps, updates_at_last_log = stats_.updates;
   const bool root = communicator_->rank() == 0;
   const int learners = communicator_->size();
   const int64_t share = (options_.steps_per_update + learners - 1) / learners;
 
   std::ofstream metrics;
   if (root && !options_.metrics_path.empty()) {
-    metrics.open(options_.metrics_path, std::ios::trunc);
+    // A resumed run continues the series of the run it resumes.
+    const bool continuing = options_.resumed.updates > 0 && std::ifstream(options_.metrics_path).good();
+    metrics.open(options_.metrics_path, continuing ? std::ios::app : std::ios::trunc);
     if (!metrics) throw Error("cannot write metrics to '" + options_.metrics_path + "'");
-    metrics << "env_steps,updates,wall_seconds,mean_return,policy_loss,value_loss,entropy,approx_kl,clip_fraction,"
-               "rho_mean,packing_efficiency,queue_depth,policy_lag_mean\n";
+    if (!continuing) {
+      metrics << "env_steps,updates,wall_seconds,mean_return,policy_loss,value_loss,entropy,approx_kl,clip_fraction,"
+                 "rho_mean,packing_efficiency,queue_depth,policy_lag_mean\n";
+    }
   }
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto last_checkpoint_time = start;
+  checkpointed_update_ = options_.resumed.updates > 0 ? options_.resumed.updates : -1;
   learner_.synchronize_parameters();
   if (root) send_weights();
   while (true) {
     while (auto message = transport_.poll()) receive(*message, /*stopping=*/false);
+    // Any learner that was asked to stop stops them all, at the same update.
+    const bool asked_to_stop = stop_requested() != 0 || stop_requested_by_ >= 0;
+    if (communicator_->all_reduce_sum(asked_to_stop ? 1.0 : 0.0) > 0) {
+      stats_.end = RunEnd::kInterrupted;
+      stats_.end_reason = stop_requested() ? "this rank received " + signal_name(stop_requested())
+                          : stop_requested_by_ >= 0 ? cat("actor rank ", stop_requested_by_, " asked to stop")
+                                                    : "another learner was asked to stop";
+      break;
+    }
+    // Checked before an update too: a run resumed at its budget makes no update.
+    const bool budget_spent = stats_.env_steps >= options_.total_env_steps ||
+                              (options_.max_updates > 0 && stats_.updates >= options_.max_updates);
+    if (budget_spent) break;
     const bool all_ready = communicator_->all_reduce_sum(queued_steps_ >= share ? 1.0 : 0.0) == learners;
     if (all_ready) {
+      options_.faults.fail_if_due(stats_.updates + 1, *logger_);
       std::vector<Episode> batch = take_share(share);
       for (const Episode& e : batch) {
         const double lag = static_cast<double>(policy_version_ - e.oldest_policy_version());
@@ -160,18 +226,34 @@ LearnerStats LearnerLoop::run() {
         recent_returns_.push_back(e.episode_return());
         if (recent_returns_.size() > 100) recent_returns_.pop_front();
       }
+      if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
       stats_.last_update = learner_.update(batch);
       ++policy_version_;
       ++stats_.updates;
       stats_.episodes_used += static_cast<int64_t>(batch.size());
       for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
       stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
+      if (stats_.last_update.skipped) {
+        if (note_skip()) {
+          stats_.end = RunEnd::kNonFinite;
+          stats_.end_reason = cat(consecutive_skips_, " consecutive updates (", last_finite_update_ + 1, " to ",
+                                  stats_.updates, ") had a NaN or Inf loss or gradient; the parameters are still "
+                                  "finite, those of update ", last_finite_update_);
+          break;
+        }
+      } else {
+        consecutive_skips_ = 0;
+        last_finite_update_ = stats_.updates;
+      }
       if (root && stats_.updates % options_.weight_sync_interval == 0) send_weights();
-      if (metrics.is_open()) write_metrics(metrics, std::chrono::duration<double>(Clock::now() - start).count());
+      if (metrics.is_open()) write_metrics(metrics, options_.resumed.wall_seconds + elapsed());
+      const auto now = Clock::now();
+      if (stats_.updates - std::max<int64_t>(checkpointed_update_, 0) >= options_.checkpoint_interval_updates ||
+          std::chrono::duration<double>(now - last_checkpoint_time).count() >= options_.checkpoint_interval_s) {
+        save_checkpoint(elapsed());
+        last_checkpoint_time = now;
+      }
     }
-    const bool budget_spent = stats_.env_steps >= options_.total_env_steps ||
-                              (options_.max_updates > 0 && stats_.updates >= options_.max_updates);
-    if (budget_spent) break;
     const auto now = Clock::now();
     if (root && std::chrono::duration<double>(now - last_log).count() >= options_.log_interval_s) {
       const double seconds = std::chrono::duration<double>(now - last_log).count();
@@ -199,7 +281,9 @@ LearnerStats LearnerLoop::run() {
   // Queued episodes are never used now; count them before the shutdown drain.
   stats_.dropped["unused_at_end"] += static_cast<int64_t>(queue_.size());
   queue_.clear();
-  for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kStop, {});
+  for (int actor : options_.actor_ranks) {
+    transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
+  }
   while (!all_actors_done()) {
     if (auto message = transport_.poll()) {
       receive(*message, /*stopping=*/true);
@@ -208,6 +292,9 @@ LearnerStats LearnerLoop::run() {
     }
   }
   transport_.flush();
+  // Whatever ended the run, learner 0 saves where it got to, with the episodes dropped at
+  // the stop counted: the parameters are finite even after non-finite updates (skipped).
+  save_checkpoint(elapsed());
 
   double local_mean = 0;
   for (double r : recent_returns_) local_mean += r;

@@ -6,8 +6,12 @@
 // stops for all learners at the same update, when the env-step or update budget is
 // reached; then each learner tells the actors to stop and drains until every actor has
 // reported how many episodes it sent, so sent = used + dropped, with reasons.
+//
+// A run also stops early, on every learner at the same update, when a rank was asked to
+// stop (a signal, or an actor's stop request) or after too many consecutive updates with
+// a non-finite loss or gradient. Learner 0 writes checkpoints every so many updates or
+// seconds, and a final one however the run ends.
 #pragma once
-
 
 #include <deque>
 #include <map>
@@ -16,8 +20,10 @@
 #include <vector>
 
 #include "common/episode_codec.h"
+#include "common/fault_injection.h"
 #include "common/logger.h"
 #include "common/mpi_transport.h"
+#include "learner/checkpoint.h"
 #include "learner/learner.h"
 
 namespace kvrl {
@@ -31,7 +37,18 @@ struct LearnerLoopOptions {
   int64_t max_policy_lag = 0;    // 0 = keep all
   double log_interval_s = 5.0;
   std::string metrics_path;      // learner 0 appends one CSV row per update here; empty = none
+  // Checkpoints (learner 0): a directory, empty = none; every N updates or S seconds,
+  // whichever comes first, and at the end; the newest `checkpoint_keep` are kept.
+  std::string checkpoint_dir;
+  int64_t checkpoint_interval_updates = 50;
+  double checkpoint_interval_s = 600;
+  int64_t checkpoint_keep = 3;
+  std::string config_yaml;       // saved in every checkpoint
+  int64_t max_consecutive_skips = 3;  // stop after this many non-finite updates in a row
+  TrainingProgress resumed;      // where a resumed run starts (zeros for a fresh one)
+  FaultPlan faults;
 };
+
 
 struct LearnerStats {
   int64_t updates = 0;
@@ -46,6 +63,10 @@ struct LearnerStats {
   double wall_seconds = 0;
   std::string parameter_checksum;  // CRC-32 of every parameter's bytes
   UpdateStats last_update;
+  int64_t skipped_updates = 0;     // this run's updates skipped for non-finite values
+  RunEnd end = RunEnd::kFinished;
+  std::string end_reason;          // why the run stopped early; empty when it finished
+  std::string last_checkpoint;     // the newest checkpoint written (learner 0), or ""
 };
 
 class LearnerLoop {
@@ -63,6 +84,10 @@ class LearnerLoop {
   // Takes queued episodes, oldest first, until they hold `share` steps.
   std::vector<Episode> take_share(int64_t share);
   bool all_actors_done() const;
+  TrainingProgress progress(double wall_seconds) const;
+  void save_checkpoint(double wall_seconds);
+  // Logs a skipped update; returns whether the run must stop for too many in a row.
+  bool note_skip();
 
   LearnerLoopOptions options_;
   MpiTransport& transport_;
@@ -76,6 +101,10 @@ class LearnerLoop {
   std::deque<double> recent_returns_;
   double lag_sum_ = 0;
   int64_t lag_count_ = 0;
+  int64_t consecutive_skips_ = 0;
+  int64_t last_finite_update_ = 0;
+  int stop_requested_by_ = -1;     // the actor rank that asked to stop, or -1
+  int64_t checkpointed_update_ = -1;
   LearnerStats stats_;
 };
 

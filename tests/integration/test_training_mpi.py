@@ -63,7 +63,7 @@ def test_two_learners_stay_bit_identical(tmp_path):
 def test_a_corrupt_episode_is_dropped_counted_and_the_run_goes_on(tmp_path):
     result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=4", "learner.steps_per_update=512",
                     "actor.credit_steps=512", "run.total_env_steps=1000000",
-                    env={"KVRL_FAULT_CORRUPT_EPISODE": "1:3"})
+                    env={"KVRL_FAULT": "corrupt_episode:1:3"})
     assert result.returncode == 0, result.stderr[-3000:]
     learner, actor = stats(tmp_path, 2)
     assert actor["corrupt_messages_injected"] == 1

@@ -5,39 +5,13 @@
 #include "learner/learner.h"
 #include "learner/returns.h"
 #include "learner/window_batch.h"
+#include "tests/learner/learner_fixtures.h"
 
 namespace kvrl {
 namespace {
 
-Episode episode_of_length(int64_t length, bool terminated = true, float reward = 1.0f) {
-  Episode e;
-  e.observation_size = 2;
-  e.action_size = 1;
-  for (int64_t t = 0; t < length; ++t) {
-    e.observations.insert(e.observations.end(), {static_cast<float>(length), static_cast<float>(t)});
-    e.actions.push_back(0);
-    e.rewards.push_back(reward);
-    e.terminated.push_back(terminated && t == length - 1);
-    e.truncated.push_back(!terminated && t == length - 1);
-    e.is_init.push_back(t == 0);
-    e.behaviour_log_probs.push_back(-0.5f);
-    e.values.push_back(0);
-    e.policy_versions.push_back(3);
-  }
-  e.final_observation = {-1.0f, -1.0f};
-  return e;
-}
-
-// A two-action ActorCritic over 2 observation features.
-ActorCriticOptions two_action_model(int64_t hidden_size, int64_t max_seq_len) {
-  ActorCriticOptions options;
-  options.transformer.input_size = 2;
-  options.transformer.hidden_size = hidden_size;
-  options.transformer.num_heads = 2;
-  options.transformer.max_seq_len = max_seq_len;
-  options.num_outputs = 2;
-  return options;
-}
+using fixtures::episode_of_length;
+using fixtures::two_action_model;
 
 TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
   const WindowBatch batch = pack_windows({episode_of_length(3), episode_of_length(9), episode_of_length(5)}, 16);
