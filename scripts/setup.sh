@@ -11,7 +11,7 @@ VENV="$KVRL_CACHE/venv"
 # Pinned together. TransformerModule (the reference the tests compare against) is only in
 # torchrl-nightly on PyPI; the 0.14 release does not have it.
 TORCH_VERSION="${KVRL_TORCH_VERSION:-2.15.0}"
-TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==1.4.0" popgym==1.0.7 numpy pytest matplotlib)
+TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==1.4.0" popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0")
 APT_PACKAGES=(openmpi-bin libopenmpi-dev libboost-dev libspdlog-dev libgtest-dev
               libyaml-cpp-dev cmake g++ clang python3-venv)
 
@@ -62,7 +62,7 @@ else
 fi
 
 if [ "$with_test" -eq 1 ]; then
-  if ! "$VENV/bin/python" -c 'import torchrl, tensordict, gymnasium, popgym, matplotlib; from torchrl.modules import TransformerModule' 2>/dev/null; then
+  if ! "$VENV/bin/python" -c "import torchrl, tensordict, gymnasium, popgym, matplotlib, tensorboard; from torchrl.modules import TransformerModule" 2>/dev/null; then
     say "installing test packages: ${TEST_PACKAGES[*]}"
     pip_install "torch==$TORCH_VERSION" "${TEST_PACKAGES[@]}"
   else

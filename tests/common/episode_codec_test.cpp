@@ -7,6 +7,7 @@
 
 #include "common/crc32.h"
 #include "common/errors.h"
+#include "tests/common/sample_episode.h"
 
 namespace kvrl {
 namespace {
@@ -17,27 +18,7 @@ class EpisodeCodecTest : public ::testing::Test {
  protected:
   void SetUp() override { rng_.seed(42); }
 
-  Episode make_episode(int64_t length, bool truncated = false) {
-    std::normal_distribution<float> normal;
-    Episode e;
-    e.actor_rank = 3;
-    e.episode_id = 17;
-    e.observation_size = 4;
-    e.action_size = 1;
-    for (int64_t t = 0; t < length; ++t) {
-      for (int i = 0; i < 4; ++i) e.observations.push_back(normal(rng_));
-      e.actions.push_back(static_cast<float>(t % 2));
-      e.rewards.push_back(1.0f);
-      e.terminated.push_back(!truncated && t == length - 1);
-      e.truncated.push_back(truncated && t == length - 1);
-      e.is_init.push_back(t == 0);
-      e.behaviour_log_probs.push_back(-0.69f);
-      e.values.push_back(normal(rng_));
-      e.policy_versions.push_back(5 + t / 4);
-    }
-    e.final_observation = {0.1f, 0.2f, 0.3f, 0.4f};
-    return e;
-  }
+  Episode make_episode(int64_t length, bool truncated = false) { return fixtures::sample_episode(length, truncated, rng_); }
 
   static Reason reason_of(const EpisodeCodec& codec, std::span<const uint8_t> message) {
     try {
