@@ -46,6 +46,7 @@ add_link_options(LINKER:--disable-new-dtags "LINKER:-rpath-link,${_kvrl_rpath_li
 
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(Boost 1.74 REQUIRED)
+find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(Python3 COMPONENTS Interpreter)

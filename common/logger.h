@@ -24,6 +24,8 @@ class Logger {
   void info(const std::string& message);
   void warn(const std::string& message);
   void error(const std::string& message);
+  // An info line for the log file only: the console shows progress its own way.
+  void info_to_file(const std::string& message);
 
  private:
   struct Impl;

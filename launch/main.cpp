@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "launch/train_config.h"
 #include "launch/env_rollout_command.h"
+#include "launch/eval_command.h"
 #include "launch/train_command.h"
 #include "launch/transformer_demo_command.h"
 #include "launch/transformer_eval_command.h"
@@ -24,6 +25,9 @@ constexpr const char* kUsage =
     "                                  distributed training (under mpirun; see launch/kvrl-mpirun)\n"
     "  train [CONFIG.yaml] --resume RUN_DIR [key=value ...]\n"
     "                                  continue a run from its newest usable checkpoint\n"
+    "  eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]\n"
+    "                                  play a saved policy: mean and std of the return, episode lengths\n"
+    "  export CHECKPOINT OUT.pt        the policy as a state dict with the reference's names (torch.load)\n"
     "  env-rollout IN.pt OUT.pt        roll out an environment from a state with given actions\n"
     "  config-reference                print every config key as a markdown table (docs/config.md)\n"
     "  info                            what this build and machine can run on\n"
@@ -46,6 +50,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "train") return kvrl::run_train({args.begin() + 1, args.end()});
+    if (command == "eval") return kvrl::run_eval({args.begin() + 1, args.end()});
+    if (command == "export") return kvrl::run_export({args.begin() + 1, args.end()});
     if (command == "env-rollout") {
       if (args.size() != 3) return usage_error("env-rollout takes IN.pt OUT.pt");
       kvrl::run_env_rollout(args[1], args[2]);
@@ -68,6 +74,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     return usage_error("unknown command '" + command + "'");
+  } catch (const kvrl::InvalidArgumentError& error) {
+    std::fprintf(stderr, "kvrl: error: %s\n", error.what());
+    return 2;
   } catch (const kvrl::Error& error) {
     std::fprintf(stderr, "kvrl: error: %s\n", error.what());
     return 1;

@@ -10,8 +10,6 @@
 #include <memory>
 
 #include "actor/actor_loop.h"
-#include "actor/env_registry.h"
-#include "actor/policy_fit.h"
 #include "actor/vector_env.h"
 #include "common/accelerator_probe.h"
 #include "common/errors.h"
@@ -21,33 +19,12 @@
 #include "common/mpi_transport.h"
 #include "common/process_signals.h"
 #include "learner/checkpoint.h"
+#include "launch/run_setup.h"
 #include "launch/train_config.h"
 #include "learner/learner_loop.h"
 
 namespace kvrl {
 namespace {
-
-std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
-  return config.env_plugin.empty() ? make_environment(config.env_name, config.env_options)
-                                   : make_plugin_environment(config.env_plugin, config.env_options);
-}
-
-ActorCriticOptions model_options(const TrainConfig& config, const Environment& env) {
-  ActorCriticOptions options;
-  options.transformer.input_size = env.observation_space().flat_size();
-  options.transformer.hidden_size = config.hidden_size;
-  options.transformer.num_layers = config.num_layers;
-  options.transformer.num_heads = config.num_heads;
-  options.transformer.max_seq_len = config.max_seq_len;
-  if (config.dim_feedforward > 0) options.transformer.dim_feedforward = config.dim_feedforward;
-  const PolicyShape shape = policy_shape_for(env.observation_space(), env.action_space());
-  options.discrete = shape.discrete;
-  options.num_outputs = shape.num_outputs;
-  options.temporal_context = config.temporal_context;
-  check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs}, env.observation_space(),
-                    env.action_space());
-  return options;
-}
 
 std::string json_counts(const std::map<std::string, int64_t>& counts) {
   std::string out = "{";
@@ -185,6 +162,7 @@ int run_train(const std::vector<std::string>& args) {
                                  "): the learners could never fill a batch; raise actor.credit_steps");
     }
     const FaultPlan faults = FaultPlan::from_environment(rank);
+    const bool progress_in_place = progress_in_place_from_environment();
     const bool is_learner = rank < config.learners;
     role = is_learner ? "learner" : "actor";
     install_crash_reporter(rank, role);
@@ -204,7 +182,8 @@ int run_train(const std::vector<std::string>& args) {
     working = true;
     int64_t resume_offset = rank == 0 && resuming ? newest_checkpoint_update(checkpoint_dir) : 0;
     KVRL_MPI_CHECK(MPI_Bcast(&resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "sharing the resume point");
-    auto logger = std::make_shared<Logger>(rank, role, (run_dir / cat("rank", rank, ".log")).string(), "info");
+    auto logger = std::make_shared<Logger>(rank, role, (run_dir / cat("rank", rank, ".log")).string(),
+                                           config.log_level);
     logger->info(probe_accelerators().summary());
     if (rank == 0) {
       logger->info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", size - 1));
@@ -252,7 +231,17 @@ int run_train(const std::vector<std::string>& args) {
       options.weight_sync_interval = config.weight_sync_interval;
       options.max_policy_lag = config.max_policy_lag;
       options.log_interval_s = config.log_interval_s;
-      options.metrics_path = (run_dir / "metrics.csv").string();
+      if (rank == 0) {
+        RunReporterOptions reporting;
+        reporting.run_dir = run_dir.string();
+        reporting.continuing = resuming;
+        reporting.status_address = config.status_address;
+        reporting.status_port = static_cast<int>(config.status_port);
+        reporting.progress_in_place = progress_in_place;
+        options.reporter = std::make_shared<RunReporter>(
+            reporting, RunIdentity{config.to_yaml(), config.learner.algorithm, size, roles.learners, roles.actors},
+            logger);
+      }
       options.checkpoint_dir = checkpoint_dir;
       options.checkpoint_interval_updates = config.checkpoint_interval_updates;
       options.checkpoint_interval_s = config.checkpoint_interval_s;

@@ -1,5 +1,6 @@
 #include "launch/train_config.h"
 
+#include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -111,6 +112,13 @@ const std::vector<Field>& schema() {
       int_field("run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax, "also stop after this many updates; 0 = no limit"),
       string_field("run.dir", [](auto& c) -> auto& { return c.run_dir; }, {}, "run directory: logs, effective config, per-rank stats"),
       float_field("run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400, "seconds between progress lines"),
+      string_field("run.log_level", [](auto& c) -> auto& { return c.log_level; },
+                   {"trace", "debug", "info", "warn", "error", "off"},
+                   "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
+      int_field("status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
+                "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
+      string_field("status.address", [](auto& c) -> auto& { return c.status_address; }, {},
+                   "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
       int_field("learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024, "learner ranks (the lowest ranks); the other ranks act"),
       string_field("env.name", [](auto& c) -> auto& { return c.env_name; }, {}, "a built-in environment (see docs/environments.md)"),
       string_field("env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {}, "path of an environment plugin; replaces env.name"),
@@ -223,6 +231,11 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
     entries.emplace_back(item.substr(0, equals), item.substr(equals + 1));
   }
   for (const auto& [key, text] : entries) apply(config, key, text);
+  unsigned char address[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, config.status_address.c_str(), address) != 1 &&
+      inet_pton(AF_INET6, config.status_address.c_str(), address) != 1) {
+    fail("status.address", config.status_address, "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
+  }
   if (config.hidden_size % config.num_heads != 0) {
     throw InvalidArgumentError("config: model.num_heads (" + std::to_string(config.num_heads) +
                                ") must divide model.hidden_size (" + std::to_string(config.hidden_size) + ")");

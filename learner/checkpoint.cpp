@@ -187,9 +187,11 @@ void write_checkpoint(const std::string& path, Learner& learner, const TrainingP
   sync_to_disk(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
 }
 
-CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
-                                   const std::function<void(const std::string& config_yaml)>& check_config) {
-  const Reader read(path);
+namespace {
+
+// Reads `path` and checks it as a whole: a kvrl checkpoint of this format version whose
+// checksum matches.
+Dict read_verified(const Reader& read, const std::string& path) {
   c10::IValue value;
   try {
     value = read_torch_file(path);
@@ -217,7 +219,33 @@ CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
     read.fail(error.what());
   }
   if (static_cast<int64_t>(actual_crc) != stored_crc) read.fail("checksum mismatch: the file is corrupt");
+  return root;
+}
 
+void load_model(const Reader& read, const Dict& root, torch::nn::Module& model) {
+  try {
+    load_state_dict(model, read.dict(root, "model"));  // checks every name and shape first
+  } catch (const InvalidArgumentError& error) {
+    read.fail(std::string("model: ") + error.what());
+  }
+}
+
+}  // namespace
+
+std::string read_checkpoint_config(const std::string& path) {
+  const Reader read(path);
+  return read.text(read_verified(read, path), "config");
+}
+
+void load_checkpoint_model(const std::string& path, torch::nn::Module& model) {
+  const Reader read(path);
+  load_model(read, read_verified(read, path), model);
+}
+
+CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
+                                   const std::function<void(const std::string& config_yaml)>& check_config) {
+  const Reader read(path);
+  const Dict root = read_verified(read, path);
   CheckpointContents contents;
   contents.config_yaml = read.text(root, "config");
   if (check_config) {
@@ -273,12 +301,7 @@ CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   const at::Tensor expected_rng = generator.get_state();
   const at::Tensor rng = read.tensor(read.dict(root, "rng"), "torch_cpu", "rng.", expected_rng.scalar_type(), expected_rng.sizes());
-  const Dict model = read.dict(root, "model");
-  try {
-    load_state_dict(learner.model(), model);  // checks every name and shape first
-  } catch (const InvalidArgumentError& error) {
-    read.fail(std::string("model: ") + error.what());
-  }
+  load_model(read, root, learner.model());
 
   auto& state = learner.optimizer().state();
   state.clear();

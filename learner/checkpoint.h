@@ -18,6 +18,10 @@
 #include <string>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
+
 namespace kvrl {
 
 class Learner;
@@ -52,6 +56,13 @@ void write_checkpoint(const std::string& path, Learner& learner, const TrainingP
 // MalformedInputError naming the file and the problem; the learner is unchanged then.
 CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
                                    const std::function<void(const std::string& config_yaml)>& check_config = {});
+
+// The effective config a checkpoint was written with, after the checks read_checkpoint
+// makes of the file as a whole (format, version, checksum). Throws MalformedInputError.
+std::string read_checkpoint_config(const std::string& path);
+// Loads a checkpoint's model parameters into `model` (the ActorCritic its config
+// describes), with the same checks. Throws MalformedInputError naming the file.
+void load_checkpoint_model(const std::string& path, torch::nn::Module& model);
 
 // The checkpoints of a run: <dir>/checkpoint-<update>.pt.
 class CheckpointDirectory {

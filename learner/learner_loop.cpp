@@ -122,13 +122,27 @@ double LearnerLoop::recent_mean_return() const {
   return recent_returns_.empty() ? 0.0 : total / static_cast<double>(recent_returns_.size());
 }
 
-void LearnerLoop::write_metrics(std::ostream& out, double wall_seconds) const {
-  const UpdateStats& u = stats_.last_update;
-  out << stats_.env_steps << ',' << stats_.updates << ',' << wall_seconds << ',' << recent_mean_return() << ','
-      << u.policy_loss << ',' << u.value_loss << ',' << u.entropy << ',' << u.approx_kl << ',' << u.clip_fraction << ','
-      << u.rho_mean << ',' << u.packing_efficiency << ',' << queue_.size() << ','
-      << (lag_count_ ? lag_sum_ / lag_count_ : 0.0) << '\n';
-  out.flush();
+RunSnapshot LearnerLoop::snapshot(double wall_seconds) const {
+  const TrainingProgress totals = progress(wall_seconds);
+  RunSnapshot s;
+  s.updates = stats_.updates;
+  s.env_steps = stats_.env_steps;
+  s.policy_version = policy_version_;
+  s.episodes_used = totals.episodes_used;
+  s.skipped_updates = totals.skipped_updates;
+  s.wall_seconds = totals.wall_seconds;
+  s.return_mean = recent_mean_return();
+  double length_sum = 0;
+  for (double length : recent_lengths_) length_sum += length;
+  s.length_mean = recent_lengths_.empty() ? 0.0 : length_sum / static_cast<double>(recent_lengths_.size());
+  s.lag_mean = batch_lag_mean_;
+  s.lag_max = batch_lag_max_;
+  s.env_steps_per_s = env_steps_per_s_;
+  s.updates_per_s = updates_per_s_;
+  s.queue_depth = static_cast<int64_t>(queue_.size());
+  s.dropped = totals.dropped;
+  s.update = stats_.last_update;
+  return s;
 }
 
 bool LearnerLoop::all_actors_done() const {
@@ -182,19 +196,9 @@ LearnerStats LearnerLoop::run() {
   const int learners = communicator_->size();
   const int64_t share = (options_.steps_per_update + learners - 1) / learners;
 
-  std::ofstream metrics;
-  if (root && !options_.metrics_path.empty()) {
-    // A resumed run continues the series of the run it resumes.
-    const bool continuing = options_.resumed.updates > 0 && std::ifstream(options_.metrics_path).good();
-    metrics.open(options_.metrics_path, continuing ? std::ios::app : std::ios::trunc);
-    if (!metrics) throw Error("cannot write metrics to '" + options_.metrics_path + "'");
-    if (!continuing) {
-      metrics << "env_steps,updates,wall_seconds,mean_return,policy_loss,value_loss,entropy,approx_kl,clip_fraction,"
-                 "rho_mean,packing_efficiency,queue_depth,policy_lag_mean\n";
-    }
-  }
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   auto last_checkpoint_time = start;
+  auto last_update_time = start;
   checkpointed_update_ = options_.resumed.updates > 0 ? options_.resumed.updates : -1;
   learner_.synchronize_parameters();
   if (root) send_weights();
@@ -217,15 +221,22 @@ LearnerStats LearnerLoop::run() {
     if (all_ready) {
       options_.faults.fail_if_due(stats_.updates + 1, *logger_);
       std::vector<Episode> batch = take_share(share);
+      double batch_lag_sum = 0;
+      batch_lag_max_ = 0;
       for (const Episode& e : batch) {
         const double lag = static_cast<double>(policy_version_ - e.oldest_policy_version());
         stats_.lag_min = std::min(stats_.lag_min, lag);
         stats_.lag_max = std::max(stats_.lag_max, lag);
         lag_sum_ += lag;
         ++lag_count_;
+        batch_lag_sum += lag;
+        batch_lag_max_ = std::max(batch_lag_max_, lag);
         recent_returns_.push_back(e.episode_return());
+        recent_lengths_.push_back(static_cast<double>(e.length()));
         if (recent_returns_.size() > 100) recent_returns_.pop_front();
+        if (recent_lengths_.size() > 100) recent_lengths_.pop_front();
       }
+      batch_lag_mean_ = batch.empty() ? 0.0 : batch_lag_sum / static_cast<double>(batch.size());
       if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
       stats_.last_update = learner_.update(batch);
       ++policy_version_;
@@ -246,8 +257,14 @@ LearnerStats LearnerLoop::run() {
         last_finite_update_ = stats_.updates;
       }
       if (root && stats_.updates % options_.weight_sync_interval == 0) send_weights();
-      if (metrics.is_open()) write_metrics(metrics, options_.resumed.wall_seconds + elapsed());
       const auto now = Clock::now();
+      const double since_last_update = std::chrono::duration<double>(now - last_update_time).count();
+      last_update_time = now;
+      if (since_last_update > 0) {
+        env_steps_per_s_ = static_cast<double>(stats_.last_update.steps) * learners / since_last_update;
+        updates_per_s_ = 1.0 / since_last_update;
+      }
+      if (options_.reporter) options_.reporter->record_update(snapshot(elapsed()));
       if (stats_.updates - std::max<int64_t>(checkpointed_update_, 0) >= options_.checkpoint_interval_updates ||
           std::chrono::duration<double>(now - last_checkpoint_time).count() >= options_.checkpoint_interval_s) {
         save_checkpoint(elapsed());
@@ -255,22 +272,13 @@ LearnerStats LearnerLoop::run() {
       }
     }
     const auto now = Clock::now();
-    if (root && std::chrono::duration<double>(now - last_log).count() >= options_.log_interval_s) {
+    if (options_.reporter && std::chrono::duration<double>(now - last_log).count() >= options_.log_interval_s) {
+      // The progress line's rates are over the interval; the per-update ones are noisier.
       const double seconds = std::chrono::duration<double>(now - last_log).count();
-      double mean = 0;
-      for (double r : recent_returns_) mean += r;
-      mean = recent_returns_.empty() ? 0 : mean / recent_returns_.size();
-      char line[512];
-      std::snprintf(line, sizeof(line),
-                    "progress: env_steps %lld (%.0f/s), updates %lld (%.2f/s), return %.2f, lag %.0f/%.1f/%.0f, "
-                    "queue %zu, entropy %.3f, kl %.4f, clip %.3f, value_loss %.3f, packing %.2f",
-                    static_cast<long long>(stats_.env_steps), (stats_.env_steps - steps_at_last_log) / seconds,
-                    static_cast<long long>(stats_.updates), (stats_.updates - updates_at_last_log) / seconds, mean,
-                    lag_count_ ? stats_.lag_min : 0.0, lag_count_ ? lag_sum_ / lag_count_ : 0.0, stats_.lag_max,
-                    queue_.size(), stats_.last_update.entropy, stats_.last_update.approx_kl,
-                    stats_.last_update.clip_fraction, stats_.last_update.value_loss,
-                    stats_.last_update.packing_efficiency);
-      logger_->info(line);
+      RunSnapshot line = snapshot(elapsed());
+      line.env_steps_per_s = static_cast<double>(stats_.env_steps - steps_at_last_log) / seconds;
+      line.updates_per_s = static_cast<double>(stats_.updates - updates_at_last_log) / seconds;
+      options_.reporter->show_progress(line);
       last_log = now;
       steps_at_last_log = stats_.env_steps;
       updates_at_last_log = stats_.updates;
@@ -295,6 +303,11 @@ LearnerStats LearnerLoop::run() {
   // Whatever ended the run, learner 0 saves where it got to, with the episodes dropped at
   // the stop counted: the parameters are finite even after non-finite updates (skipped).
   save_checkpoint(elapsed());
+  if (options_.reporter) {
+    options_.reporter->finish(snapshot(elapsed()), stats_.end == RunEnd::kFinished      ? "finished"
+                                                   : stats_.end == RunEnd::kInterrupted ? "interrupted"
+                                                                                        : "stopped");
+  }
 
   double local_mean = 0;
   for (double r : recent_returns_) local_mean += r;

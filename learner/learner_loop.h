@@ -25,6 +25,7 @@
 #include "common/mpi_transport.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
+#include "learner/run_reporter.h"
 
 namespace kvrl {
 
@@ -36,7 +37,7 @@ struct LearnerLoopOptions {
   int64_t weight_sync_interval = 1;
   int64_t max_policy_lag = 0;    // 0 = keep all
   double log_interval_s = 5.0;
-  std::string metrics_path;      // learner 0 appends one CSV row per update here; empty = none
+  std::shared_ptr<RunReporter> reporter;  // learner 0: progress, metrics and status; null elsewhere
   // Checkpoints (learner 0): a directory, empty = none; every N updates or S seconds,
   // whichever comes first, and at the end; the newest `checkpoint_keep` are kept.
   std::string checkpoint_dir;
@@ -79,7 +80,7 @@ class LearnerLoop {
   void receive(const Message& message, bool stopping);
   void grant_credit(int actor_rank, int64_t steps);
   void send_weights();
-  void write_metrics(std::ostream& out, double wall_seconds) const;
+  RunSnapshot snapshot(double wall_seconds) const;
   double recent_mean_return() const;
   // Takes queued episodes, oldest first, until they hold `share` steps.
   std::vector<Episode> take_share(int64_t share);
@@ -99,6 +100,9 @@ class LearnerLoop {
   int64_t queued_steps_ = 0;
   int64_t policy_version_ = 0;
   std::deque<double> recent_returns_;
+  std::deque<double> recent_lengths_;
+  double batch_lag_mean_ = 0, batch_lag_max_ = 0;
+  double env_steps_per_s_ = 0, updates_per_s_ = 0;
   double lag_sum_ = 0;
   int64_t lag_count_ = 0;
   int64_t consecutive_skips_ = 0;

@@ -1,0 +1,166 @@
+#include "launch/eval_command.h"
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "actor/policy_fit.h"
+#include "actor/vector_env.h"
+#include "common/errors.h"
+#include "common/state_dict_io.h"
+#include "common/torch_file.h"
+#include "launch/run_setup.h"
+#include "learner/checkpoint.h"
+
+namespace kvrl {
+namespace {
+
+int64_t parse_count(const std::string& option, const std::string& text, int64_t low, int64_t high) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || value < low || value > high) {
+    throw InvalidArgumentError(option + " '" + text + "' must be an integer in [" + std::to_string(low) + ", " +
+                               std::to_string(high) + "]");
+  }
+  return value;
+}
+
+// The checkpoint's policy, built from its own config and loaded.
+struct SavedPolicy {
+  TrainConfig config;
+  std::shared_ptr<ActorCritic> model;
+};
+
+SavedPolicy load_policy(const std::string& checkpoint) {
+  SavedPolicy saved;
+  saved.config = TrainConfig::parse(read_checkpoint_config(checkpoint), {});
+  const std::unique_ptr<Environment> env = make_configured_env(saved.config);
+  saved.model = std::make_shared<ActorCritic>(model_options(saved.config, *env));
+  load_checkpoint_model(checkpoint, *saved.model);
+  saved.model->eval();
+  return saved;
+}
+
+}  // namespace
+
+int run_eval(const std::vector<std::string>& args) {
+  const std::string usage = "usage: kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]";
+  if (args.empty() || args[0].rfind("--", 0) == 0) throw InvalidArgumentError(usage);
+  std::string env_name;
+  int64_t episodes = 10, seed = 0;
+  bool greedy = false;
+  for (size_t i = 1; i < args.size(); ++i) {
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw InvalidArgumentError(args[i] + " needs a value; " + usage);
+      return args[++i];
+    };
+    if (args[i] == "--env") env_name = value();
+    else if (args[i] == "--episodes") episodes = parse_count("--episodes", value(), 1, 10000);
+    else if (args[i] == "--seed") seed = parse_count("--seed", value(), 0, int64_t{1} << 62);
+    else if (args[i] == "--greedy") greedy = true;
+    else throw InvalidArgumentError("unknown argument '" + args[i] + "'; " + usage);
+  }
+  at::set_num_threads(1);
+  SavedPolicy saved = load_policy(args[0]);
+  TrainConfig env_config = saved.config;
+  if (!env_name.empty()) {
+    env_config.env_name = env_name;
+    env_config.env_plugin.clear();
+  }
+  std::vector<std::unique_ptr<Environment>> envs;
+  for (int64_t i = 0; i < episodes; ++i) envs.push_back(make_configured_env(env_config));
+  const Environment& prototype = *envs.front();
+  const ActorCriticOptions& policy = saved.model->options();
+  check_policy_fits({*policy.transformer.input_size, policy.discrete, policy.num_outputs}, prototype.observation_space(),
+                    prototype.action_space());
+  const int64_t time_limit = prototype.time_limit();
+  if (time_limit <= 0 || time_limit > saved.config.max_seq_len) {
+    throw InvalidArgumentError(prototype.name() + "'s time limit (" + std::to_string(time_limit) +
+                               ") must be in [1, model.max_seq_len = " + std::to_string(saved.config.max_seq_len) +
+                               "] so that no episode outgrows the policy's cache");
+  }
+  const std::string name = prototype.name();
+  VectorEnv env(std::move(envs), static_cast<uint64_t>(seed));
+  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  torch::NoGradGuard no_grad;
+  env.reset();
+  std::vector<double> returns(episodes, 0.0);
+  std::vector<int64_t> lengths(episodes, 0);
+  std::vector<bool> done(episodes, false);
+  int64_t remaining = episodes;
+  std::vector<float> actions(episodes * env.action_size());
+  while (remaining > 0) {
+    const at::Tensor observations =
+        at::from_blob(const_cast<float*>(env.observations().data()), {episodes, env.observation_size()}, at::kFloat);
+    std::vector<uint8_t> init(env.is_init().begin(), env.is_init().end());
+    const at::Tensor is_init = at::from_blob(init.data(), {episodes}, at::kBool);
+    const PolicyStep step = saved.model->act(observations, is_init, generator, greedy);
+    std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
+    env.step(actions);
+    for (int64_t i = 0; i < episodes; ++i) {
+      if (done[i]) continue;
+      returns[i] += env.rewards()[i];
+      ++lengths[i];
+      if (env.terminated()[i] || env.truncated()[i]) {
+        done[i] = true;
+        --remaining;
+      }
+    }
+  }
+  double mean = 0, variance = 0;
+  for (double r : returns) mean += r / static_cast<double>(episodes);
+  for (double r : returns) variance += (r - mean) * (r - mean) / static_cast<double>(episodes);
+  std::printf("kvrl eval: %s on %s, %lld episodes, seed %lld, %s actions\n", args[0].c_str(), name.c_str(),
+              static_cast<long long>(episodes), static_cast<long long>(seed), greedy ? "greedy" : "sampled");
+  std::printf("return: mean %.3f std %.3f\nlengths:", mean, std::sqrt(variance));
+  for (int64_t length : lengths) std::printf(" %lld", static_cast<long long>(length));
+  std::printf("\n");
+  return 0;
+}
+
+int run_export(const std::vector<std::string>& args) {
+  if (args.size() != 2) throw InvalidArgumentError("usage: kvrl export CHECKPOINT OUT.pt");
+  SavedPolicy saved = load_policy(args[0]);
+  const ActorCriticOptions& options = saved.model->options();
+  using Dict = c10::impl::GenericDict;
+  auto dict = [] { return Dict(c10::StringType::get(), c10::AnyType::get()); };
+  Dict root = dict();
+  Dict transformer = dict();
+  for (const auto& item : state_dict_of(saved.model->trunk())) transformer.insert(item.key(), item.value());
+  root.insert("transformer", transformer);
+  Dict config = dict();
+  config.insert("input_size", *options.transformer.input_size);
+  config.insert("hidden_size", *options.transformer.hidden_size);
+  config.insert("num_layers", options.transformer.num_layers);
+  config.insert("num_heads", *options.transformer.num_heads);
+  config.insert("max_seq_len", *options.transformer.max_seq_len);
+  config.insert("dim_feedforward", options.transformer.dim_feedforward.value_or(4 * *options.transformer.hidden_size));
+  root.insert("config", config);
+  for (const char* head : {"policy_head", "value_head"}) {
+    Dict weights = dict();
+    for (const auto& item : state_dict_of(*saved.model->named_children()[head])) weights.insert(item.key(), item.value());
+    root.insert(head, weights);
+  }
+  if (!options.discrete) root.insert("log_std", saved.model->named_parameters(/*recurse=*/false)["log_std"]);
+  Dict policy = dict();
+  policy.insert("discrete", options.discrete);
+  policy.insert("num_outputs", options.num_outputs);
+  policy.insert("temporal_context", options.temporal_context);
+  policy.insert("env", saved.config.env_plugin.empty() ? saved.config.env_name : saved.config.env_plugin);
+  root.insert("policy", policy);
+  write_torch_file(args[1], root);
+  std::printf("kvrl export: wrote %s (TransformerModule state dict, config and heads)\n", args[1].c_str());
+  return 0;
+}
+
+}  // namespace kvrl

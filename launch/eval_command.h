@@ -1,0 +1,23 @@
+// `kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]`: plays a saved
+// policy for N episodes (one per environment, all stepped together on the cached path)
+// and prints the mean and standard deviation of the return and every episode's length.
+// Actions are sampled as in training unless --greedy takes each distribution's mode.
+//
+// `kvrl export CHECKPOINT OUT.pt`: writes the policy for use outside kvrl, loadable with
+// torch.load(OUT.pt, weights_only=True): a dict with
+//   transformer  the TransformerModule state dict, by the reference's parameter names
+//                (TorchRL's TransformerModule(**config).load_state_dict takes it as is)
+//   config       the TransformerModule's constructor arguments
+//   policy_head, value_head  {weight, bias} of the linear heads (and log_std for Gaussian)
+//   policy       {discrete, num_outputs, temporal_context, env}
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvrl {
+
+int run_eval(const std::vector<std::string>& args);
+int run_export(const std::vector<std::string>& args);
+
+}  // namespace kvrl

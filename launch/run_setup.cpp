@@ -1,0 +1,30 @@
+#include "launch/run_setup.h"
+
+#include "actor/env_registry.h"
+#include "actor/policy_fit.h"
+
+namespace kvrl {
+
+std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
+  return config.env_plugin.empty() ? make_environment(config.env_name, config.env_options)
+                                   : make_plugin_environment(config.env_plugin, config.env_options);
+}
+
+ActorCriticOptions model_options(const TrainConfig& config, const Environment& env) {
+  ActorCriticOptions options;
+  options.transformer.input_size = env.observation_space().flat_size();
+  options.transformer.hidden_size = config.hidden_size;
+  options.transformer.num_layers = config.num_layers;
+  options.transformer.num_heads = config.num_heads;
+  options.transformer.max_seq_len = config.max_seq_len;
+  if (config.dim_feedforward > 0) options.transformer.dim_feedforward = config.dim_feedforward;
+  const PolicyShape shape = policy_shape_for(env.observation_space(), env.action_space());
+  options.discrete = shape.discrete;
+  options.num_outputs = shape.num_outputs;
+  options.temporal_context = config.temporal_context;
+  check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs}, env.observation_space(),
+                    env.action_space());
+  return options;
+}
+
+}  // namespace kvrl
