@@ -1,5 +1,7 @@
 #include "actor/actor_loop.h"
 
+#include <ATen/Context.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
@@ -104,7 +106,7 @@ void ActorLoop::apply_weights(const WeightsMessage& weights) {
     std::copy(e.observations.begin(), e.observations.end(), rows + i * longest * obs_size);
     stats_.context_steps_rebuilt += lengths[i];
   }
-  model_->mark_weight_update_keeping_context(observations, at::tensor(lengths, at::kLong));
+  model_->mark_weight_update_keeping_context(observations.to(options_.device), at::tensor(lengths, at::kLong));
 }
 
 bool ActorLoop::ship_outbox() {
@@ -151,7 +153,12 @@ ActorStats ActorLoop::run() {
   const int64_t obs_size = env_.observation_size();
   const int64_t act_size = env_.action_size();
   const int64_t rank = transport_.rank();
-  at::Generator generator = at::detail::createCPUGenerator(options_.seed * 1000003 + static_cast<uint64_t>(rank));
+  const uint64_t sampling_seed = options_.seed * 1000003 + static_cast<uint64_t>(rank);
+  const bool on_gpu = options_.device.is_cuda();
+  // Sampling runs where the policy runs: the GPU's generator, seeded the same way.
+  at::Generator generator = on_gpu ? at::globalContext().defaultGenerator(options_.device)
+                                   : at::detail::createCPUGenerator(sampling_seed);
+  if (on_gpu) generator.set_current_seed(sampling_seed);
   uint64_t next_episode_id = 0;
   for (int64_t i = 0; i < env_.num_envs(); ++i) open_.push_back(empty_episode(rank, next_episode_id++, obs_size, act_size));
 
@@ -188,10 +195,19 @@ ActorStats ActorLoop::run() {
       continue;
     }
     const at::Tensor observations =
-        at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat);
+        at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat)
+            .to(options_.device);
     std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
-    const at::Tensor is_init = at::from_blob(init.data(), {env_.num_envs()}, at::kBool);
-    const PolicyStep step = model_->act(observations, is_init, generator);
+    const at::Tensor is_init = at::from_blob(init.data(), {env_.num_envs()}, at::kBool).to(options_.device);
+    PolicyStep step = model_->act(observations, is_init, generator);
+    if (on_gpu) {
+      // One device-to-host copy for everything the episode records.
+      const at::Tensor host = at::cat({step.actions, step.log_probs.unsqueeze(1), step.values.unsqueeze(1)}, 1)
+                                  .to(at::kCPU, at::kFloat);
+      step.actions = host.narrow(1, 0, act_size).contiguous();
+      step.log_probs = host.select(1, act_size).contiguous();
+      step.values = host.select(1, act_size + 1).contiguous();
+    }
     record_step(step);
     std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
     env_.step(actions);

@@ -44,6 +44,9 @@ struct ActorLoopOptions {
   // After new weights, rebuild each stream's cache from its episode so far (true), or
   // restart every stream's context as the reference's mark_weight_update() does (false).
   bool keep_context_on_update = true;
+  // Where the policy and its caches live; only the recorded step data comes back to the
+  // CPU, in one device-to-host copy per step.
+  c10::Device device = c10::Device(c10::kCPU);
   FaultPlan faults;  // for tests: corrupt_episode counts episodes sent, exit/abort/kill vector steps
 };
 

@@ -1,12 +1,11 @@
 #include "common/mpi_transport.h"
 
-#include <ATen/ops/cat.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/core/grad_mode.h>
 #include <unistd.h>
 
 #include <climits>
 
+#include "common/gradient_buckets.h"
 #include "common/mpi_check.h"
 
 namespace kvrl {
@@ -82,49 +81,34 @@ void MpiTransport::flush() {
   }
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, int64_t bucket_bytes) : comm_(comm), bucket_bytes_(bucket_bytes) {
   KVRL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "reading the learner rank");
   KVRL_MPI_CHECK(MPI_Comm_size(comm_, &size_), "reading the learner count");
 }
 
-namespace {
-
-// Flattens float tensors into one contiguous buffer, so one collective moves them all.
-at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> flat;
-  for (const auto& t : tensors) flat.push_back(t.detach().reshape(-1).to(at::kFloat));
-  return at::cat(flat).contiguous();
-}
-
-void unflatten(const at::Tensor& buffer, std::vector<at::Tensor>& tensors) {
-  at::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (auto& t : tensors) {
-    t.copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
-}
-
-}  // namespace
-
 void MpiCommunicator::all_reduce_mean(std::vector<at::Tensor>& tensors) {
   if (size_ == 1 || tensors.empty()) return;
-  at::Tensor buffer = flatten(tensors);
-  at::Tensor sum = at::empty_like(buffer);
-  const int count = static_cast<int>(buffer.numel());
-  KVRL_MPI_CHECK(MPI_Reduce(buffer.data_ptr<float>(), sum.data_ptr<float>(), count, MPI_FLOAT, MPI_SUM, 0, comm_),
-                 "reducing gradients to learner 0");
-  KVRL_MPI_CHECK(MPI_Bcast(sum.data_ptr<float>(), count, MPI_FLOAT, 0, comm_), "broadcasting summed gradients");
-  sum.div_(static_cast<double>(size_));
-  unflatten(sum, tensors);
+  for (const TensorBucket& bucket : plan_buckets(tensors, bucket_bytes_)) {
+    // MPI reads host memory: a bucket of GPU tensors is staged through the CPU.
+    at::Tensor buffer = flatten_bucket(bucket, tensors).to(at::kCPU, at::kFloat).contiguous();
+    at::Tensor sum = at::empty_like(buffer);
+    const int count = static_cast<int>(buffer.numel());
+    KVRL_MPI_CHECK(MPI_Reduce(buffer.data_ptr<float>(), sum.data_ptr<float>(), count, MPI_FLOAT, MPI_SUM, 0, comm_),
+                   "reducing gradients to learner 0");
+    KVRL_MPI_CHECK(MPI_Bcast(sum.data_ptr<float>(), count, MPI_FLOAT, 0, comm_), "broadcasting summed gradients");
+    sum.div_(static_cast<double>(size_));
+    unflatten_bucket(sum, bucket, tensors);
+  }
 }
 
 void MpiCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (size_ == 1 || tensors.empty()) return;
-  at::Tensor buffer = flatten(tensors);
-  KVRL_MPI_CHECK(MPI_Bcast(buffer.data_ptr<float>(), static_cast<int>(buffer.numel()), MPI_FLOAT, root, comm_),
-                 "broadcasting parameters from learner " + std::to_string(root));
-  unflatten(buffer, tensors);
+  for (const TensorBucket& bucket : plan_buckets(tensors, bucket_bytes_)) {
+    at::Tensor buffer = flatten_bucket(bucket, tensors).to(at::kCPU, at::kFloat).contiguous();
+    KVRL_MPI_CHECK(MPI_Bcast(buffer.data_ptr<float>(), static_cast<int>(buffer.numel()), MPI_FLOAT, root, comm_),
+                   "broadcasting parameters from learner " + std::to_string(root));
+    unflatten_bucket(buffer, bucket, tensors);
+  }
 }
 
 double MpiCommunicator::all_reduce_sum(double value) {

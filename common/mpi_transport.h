@@ -62,12 +62,13 @@ class MpiTransport {
   std::deque<PendingSend> pending_;
 };
 
-// Learners' collectives over an MPI communicator of learners only. Means are reduced to
-// rank 0 and broadcast back, so every learner holds bit-identical results (an allreduce
-// may round differently on different ranks).
+// Learners' collectives over an MPI communicator of learners only, in buckets of
+// `bucket_bytes` (common/gradient_buckets.h); tensors on a GPU are staged through the
+// CPU. Means are reduced to rank 0 and broadcast back, so every learner holds
+// bit-identical results (an allreduce may round differently on different ranks).
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm);
+  explicit MpiCommunicator(MPI_Comm comm, int64_t bucket_bytes = int64_t{25} << 20);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce_mean(std::vector<at::Tensor>& tensors) override;
@@ -76,6 +77,7 @@ class MpiCommunicator : public Communicator {
 
  private:
   MPI_Comm comm_;
+  int64_t bucket_bytes_;
   int rank_ = 0;
   int size_ = 1;
 };

@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
     }
     return usage_error("unknown command '" + command + "'");
   } catch (const kvrl::InvalidArgumentError& error) {
+    // Exit 2: the input was refused (a value, an argument or a file); 1: something else failed.
+    std::fprintf(stderr, "kvrl: error: %s\n", error.what());
+    return 2;
+  } catch (const kvrl::MalformedInputError& error) {
     std::fprintf(stderr, "kvrl: error: %s\n", error.what());
     return 2;
   } catch (const kvrl::Error& error) {

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,11 +13,15 @@
 #include "actor/actor_loop.h"
 #include "actor/vector_env.h"
 #include "common/accelerator_probe.h"
+#include "common/device_placement.h"
 #include "common/errors.h"
 #include "common/fault_injection.h"
 #include "common/logger.h"
 #include "common/mpi_check.h"
 #include "common/mpi_transport.h"
+#ifdef KVRL_HAVE_NCCL
+#include "common/nccl_communicator.h"
+#endif
 #include "common/process_signals.h"
 #include "learner/checkpoint.h"
 #include "launch/run_setup.h"
@@ -64,6 +69,28 @@ int64_t newest_checkpoint_update(const std::string& dir) {
   if (files.empty()) return 0;
   const std::string name = std::filesystem::path(files.front()).stem().string();  // checkpoint-0000000042
   return std::stoll(name.substr(name.find('-') + 1));
+}
+
+// NCCL when every learner is on a GPU (and kvrl was built with NCCL), MPI otherwise:
+// learners on mixed devices, or on CPU, average over MPI, staging GPU tensors through the
+// host. A collective over the learners.
+std::shared_ptr<Communicator> make_learner_communicator(MPI_Comm learners, c10::Device device, const TrainConfig& config,
+                                                        Logger& logger) {
+  const int64_t bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(config.allreduce_bucket_mb * (1 << 20)));
+  int on_gpu = device.is_cuda() ? 1 : 0, all_on_gpu = 0, any_on_gpu = 0;
+  KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &all_on_gpu, 1, MPI_INT, MPI_MIN, learners), "comparing the learners' devices");
+  KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &any_on_gpu, 1, MPI_INT, MPI_MAX, learners), "comparing the learners' devices");
+#ifdef KVRL_HAVE_NCCL
+  if (all_on_gpu) {
+    logger.info("learners average gradients with NCCL");
+    return std::make_shared<NcclCommunicator>(learners, device, NcclOptions{bucket_bytes, config.nccl_timeout_s});
+  }
+#endif
+  if (any_on_gpu) {
+    logger.warn(all_on_gpu ? "kvrl was built without NCCL: GPU learners average gradients over MPI, through the host"
+                           : "learners are on mixed devices: gradients are averaged over MPI, through the host");
+  }
+  return std::make_shared<MpiCommunicator>(learners, bucket_bytes);
 }
 
 int exit_code_for(RunEnd end) {
@@ -184,7 +211,15 @@ int run_train(const std::vector<std::string>& args) {
     KVRL_MPI_CHECK(MPI_Bcast(&resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "sharing the resume point");
     auto logger = std::make_shared<Logger>(rank, role, (run_dir / cat("rank", rank, ".log")).string(),
                                            config.log_level);
-    logger->info(probe_accelerators().summary());
+    const AcceleratorReport accelerators = probe_accelerators();
+    logger->info(accelerators.summary());
+    const DeviceChoice device = choose_device(DeviceRequest::parse(is_learner ? config.learner_device : config.actor_device),
+                                              local_rank_from_environment(), accelerators.cuda_devices);
+    if (device.fell_back) {
+      logger->warn(device.reason);
+    } else {
+      logger->info(device.reason);
+    }
     if (rank == 0) {
       logger->info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", size - 1));
     }
@@ -199,10 +234,11 @@ int run_train(const std::vector<std::string>& args) {
     for (int r = 0; r < size; ++r) (r < config.learners ? roles.learners : roles.actors).push_back(r);
     MpiTransport transport(MPI_COMM_WORLD);
     auto model = std::make_shared<ActorCritic>(setup.model);
+    model->to(device.device);
     const EpisodeCodec codec(setup.spec);
     std::string stats_json;
     if (is_learner) {
-      auto communicator = std::make_shared<MpiCommunicator>(learner_comm);
+      auto communicator = make_learner_communicator(learner_comm, device.device, config, *logger);
       Learner learner(model, config.learner_options(), communicator);
       LearnerLoopOptions options;
       if (resuming) {
@@ -289,6 +325,7 @@ int run_train(const std::vector<std::string>& args) {
       options.credit_steps = config.credit_steps;
       options.keep_context_on_update = config.keep_context_on_update;
       options.seed = seed;
+      options.device = device.device;
       options.faults = faults;
       ActorLoop loop(options, transport, model, env, codec, logger);
       const ActorStats stats = loop.run();

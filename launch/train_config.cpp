@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/device_placement.h"
 #include "common/errors.h"
 
 namespace kvrl {
@@ -159,6 +160,14 @@ const std::vector<Field>& schema() {
                 "drop episodes acted on by weights older than this many versions; 0 = keep all"),
       int_field("learner.max_consecutive_skips", [](auto& c) -> auto& { return c.max_consecutive_skips; }, 1, 1000000,
                 "an update with a NaN or Inf loss or gradient is skipped; after this many in a row the run stops"),
+      string_field("learner.device", [](auto& c) -> auto& { return c.learner_device; }, {},
+                   "auto (a GPU by local rank when there is one, else CPU), cpu, cuda or cuda:N; no usable GPU: CPU, logged"),
+      float_field("learner.allreduce_bucket_mb", [](auto& c) -> auto& { return c.allreduce_bucket_mb; }, 0.001, 4096,
+                  "gradients are averaged over the learners in flat buckets of at most this many MiB"),
+      float_field("learner.nccl_timeout_s", [](auto& c) -> auto& { return c.nccl_timeout_s; }, 1, 86400,
+                  "GPU learners: an NCCL collective still running after this many seconds stops the run"),
+      string_field("actor.device", [](auto& c) -> auto& { return c.actor_device; }, {},
+                   "auto, cpu, cuda or cuda:N, as learner.device: where the policy, its caches and sampling run"),
       int_field("checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1, kMax,
                 "learner 0 writes a checkpoint every this many updates (and at the end)"),
       float_field("checkpoint.interval_s", [](auto& c) -> auto& { return c.checkpoint_interval_s; }, 1, 1e9,
@@ -231,6 +240,13 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
     entries.emplace_back(item.substr(0, equals), item.substr(equals + 1));
   }
   for (const auto& [key, text] : entries) apply(config, key, text);
+  for (const auto& [key, value] : {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
+    try {
+      DeviceRequest::parse(value);
+    } catch (const InvalidArgumentError&) {
+      fail(key, value, "expected auto, cpu, cuda or cuda:N (N a GPU index)");
+    }
+  }
   unsigned char address[sizeof(struct in6_addr)];
   if (inet_pton(AF_INET, config.status_address.c_str(), address) != 1 &&
       inet_pton(AF_INET6, config.status_address.c_str(), address) != 1) {

@@ -43,11 +43,15 @@ struct TrainConfig {
   int64_t weight_sync_interval = 1;   // learner 0 sends weights every K updates
   int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
   int64_t max_consecutive_skips = 3;  // stop after this many non-finite updates in a row
+  std::string learner_device = "auto";  // auto, cpu, cuda or cuda:N
+  double allreduce_bucket_mb = 25;      // gradient buckets of the learners' all-reduce
+  double nccl_timeout_s = 300;          // a collective running longer stops the run
   // checkpoint
   int64_t checkpoint_interval_updates = 50;  // learner 0 writes a checkpoint every N updates
   double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first
   int64_t checkpoint_keep = 3;               // the newest K checkpoints are kept
   // actor
+  std::string actor_device = "auto";  // auto, cpu, cuda or cuda:N
   int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
   bool keep_context_on_update = true; // rebuild each stream's cache after new weights instead of restarting it
 

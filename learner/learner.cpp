@@ -60,6 +60,8 @@ Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std
   validate(options_);
 }
 
+c10::Device Learner::device() const { return model_->parameters().front().device(); }
+
 void Learner::synchronize_parameters() {
   std::vector<at::Tensor> parameters = model_->parameters();
   torch::NoGradGuard no_grad;
@@ -120,7 +122,7 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes) {
 }
 
 UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
-  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len());
+  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
   const at::Tensor& mask = batch.step_mask;
   at::Tensor old_values, advantages, returns, anchor_log_probs, behaviour_weights;
   UpdateStats stats;
@@ -137,15 +139,19 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
     } else {
       anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
     }
-    advantages = at::zeros_like(old_values);
+    // GAE is a backward scan per episode: done on the host, in one copy each way.
+    const at::Tensor host_values = old_values.to(at::kCPU);
+    const at::Tensor host_rewards = batch.rewards.to(at::kCPU);
+    at::Tensor host_advantages = at::zeros_like(host_values);
     for (const EpisodeSlot& slot : batch.slots) {
-      const at::Tensor row_values = old_values[slot.row];
+      const at::Tensor row_values = host_values[slot.row];
       const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
-      advantages[slot.row].narrow(0, slot.offset, slot.length)
-          .copy_(generalized_advantages(batch.rewards[slot.row].narrow(0, slot.offset, slot.length) * options_.reward_scale,
+      host_advantages[slot.row].narrow(0, slot.offset, slot.length)
+          .copy_(generalized_advantages(host_rewards[slot.row].narrow(0, slot.offset, slot.length) * options_.reward_scale,
                                         row_values.narrow(0, slot.offset, slot.length), bootstrap, options_.gamma,
                                         options_.gae_lambda));
     }
+    advantages = host_advantages.to(old_values.device());
     returns = advantages + old_values;
     const at::Tensor real = advantages.masked_select(mask);
     const double std = real.numel() > 1 ? real.std().item<double>() : 1.0;
@@ -162,7 +168,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches);
+      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches).to(mask.device());
       auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, index); };
       const at::Tensor mb_mask = rows_of(mask);
       const at::Tensor mb_advantages = rows_of(advantages);
@@ -201,7 +207,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
 }
 
 UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
-  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len());
+  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
   UpdateStats stats;
   stats.packing_efficiency = batch.packing_efficiency();
   // Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
@@ -216,20 +222,22 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches);
-      auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, index); };
+      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches);  // on the host
+      const at::Tensor device_index = index.to(batch.step_mask.device());
+      auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, device_index); };
       const at::Tensor mask = rows_of(batch.step_mask);
       const at::Tensor actions = rows_of(batch.actions);
       const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
       const at::Tensor log_probs = model_->log_prob(window, actions);
-      at::Tensor vs = at::zeros_like(window.values);
-      at::Tensor pg_advantages = at::zeros_like(window.values);
-      at::Tensor rhos = at::zeros_like(window.values);
+      // V-trace is a backward scan per episode: done on the host, in one copy each way.
+      const at::Tensor values = window.values.detach().to(at::kCPU);
+      at::Tensor vs = at::zeros_like(values);
+      at::Tensor pg_advantages = at::zeros_like(values);
+      at::Tensor rhos = at::zeros_like(values);
       {
         torch::NoGradGuard no_grad;
-        const at::Tensor values = window.values.detach();
-        const at::Tensor log_rhos = log_probs.detach() - rows_of(batch.behaviour_log_probs);
-        const at::Tensor rewards = rows_of(batch.rewards);
+        const at::Tensor log_rhos = (log_probs.detach() - rows_of(batch.behaviour_log_probs)).to(at::kCPU);
+        const at::Tensor rewards = rows_of(batch.rewards).to(at::kCPU);
         const auto picked = index.accessor<int64_t, 1>();
         for (int64_t position = 0; position < picked.size(0); ++position) {
           for (const EpisodeSlot* slot_in_row : slots_of_row[picked[position]]) {
@@ -245,6 +253,9 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
           }
         }
       }
+      vs = vs.to(mask.device());
+      pg_advantages = pg_advantages.to(mask.device());
+      rhos = rhos.to(mask.device());
       const at::Tensor policy_loss = -masked_mean(log_probs * pg_advantages, mask);
       const at::Tensor value_loss = 0.5 * masked_mean((window.values - vs).pow(2), mask);
       const at::Tensor entropy = masked_mean(model_->entropy(window), mask);

@@ -65,6 +65,8 @@ class Learner {
   // Copies learner 0's parameters into every learner (call once at start).
   void synchronize_parameters();
   ActorCritic& model() { return *model_; }
+  // Where the model, and so every batch, lives.
+  c10::Device device() const;
   int64_t updates() const { return updates_; }
   torch::optim::Adam& optimizer() { return optimizer_; }
   // Sets the update count a checkpoint was taken at (it drives the learning-rate schedule).

@@ -19,7 +19,7 @@ namespace kvrl {
 std::string parameter_checksum(torch::nn::Module& module) {
   uint32_t crc = 0;
   for (const auto& p : module.parameters()) {
-    const at::Tensor values = p.detach().to(at::kFloat).contiguous();
+    const at::Tensor values = p.detach().to(at::kCPU, at::kFloat).contiguous();
     crc = crc32(values.data_ptr<float>(), values.numel() * sizeof(float), crc);
   }
   char hex[9];

@@ -84,3 +84,17 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
 }
 
 }  // namespace kvrl
+
+namespace kvrl {
+
+WindowBatch WindowBatch::to(c10::Device device) const {
+  if (observations.device() == device) return *this;
+  WindowBatch moved = *this;
+  for (at::Tensor* tensor : {&moved.observations, &moved.actions, &moved.is_init, &moved.step_mask, &moved.rewards,
+                             &moved.behaviour_log_probs}) {
+    *tensor = tensor->to(device, /*non_blocking=*/false);
+  }
+  return moved;
+}
+
+}  // namespace kvrl

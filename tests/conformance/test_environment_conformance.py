@@ -143,7 +143,7 @@ def test_bad_environment_name_lists_the_built_ins(kvrl_bin, tmp_path):
     torch.save({"name": "CartPole-v0", "state": torch.zeros(4), "actions": torch.zeros(1, 1)}, tmp_path / "in.pt")
     result = subprocess.run([kvrl_bin, "env-rollout", str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "unknown environment 'CartPole-v0' (built in: Acrobot-v1, CartPole-v1," in result.stderr
 
 
@@ -152,7 +152,7 @@ def test_an_action_outside_the_space_is_an_error(kvrl_bin, tmp_path):
                 "actions": torch.tensor([[2.0]])}, tmp_path / "in.pt")
     result = subprocess.run([kvrl_bin, "env-rollout", str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "action 2.000000 is not in discrete(2)" in result.stderr
 
 

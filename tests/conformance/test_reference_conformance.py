@@ -129,7 +129,7 @@ def malformed(payload, **changes):
 def test_malformed_input_names_the_key(transformer_eval, changes, message):
     _, payload = random_case(0, "float32", aligned=True)
     returncode, stderr, _ = transformer_eval(malformed(payload, **changes))
-    assert returncode == 1, stderr
+    assert returncode == 2, stderr
     assert message in stderr
 
 
@@ -140,7 +140,7 @@ def test_a_file_that_is_not_a_torch_archive_is_rejected(kvrl_bin, tmp_path):
     bogus.write_bytes(b"not a zip archive")
     result = subprocess.run([kvrl_bin, "transformer-eval", str(bogus), str(tmp_path / "o.pt")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "is not a torch.save archive" in result.stderr
 
 
@@ -158,6 +158,6 @@ def test_a_pickled_callable_is_refused_without_running_it(kvrl_bin, tmp_path):
     torch.save({"config": Exploit()}, payload)
     result = subprocess.run([kvrl_bin, "transformer-eval", str(payload), str(tmp_path / "o.pt")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "is not allowed" in result.stderr
     assert not marker.exists()

@@ -227,10 +227,10 @@ def test_eval_refuses_bad_arguments(trained, args, message):
 
 def test_eval_of_a_missing_or_corrupt_checkpoint_names_it(tmp_path):
     result = kvrl("eval", str(tmp_path / "none.pt"))
-    assert result.returncode != 0 and "none.pt" in result.stderr
+    assert result.returncode == 2 and "none.pt" in result.stderr
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     result = kvrl("eval", str(tmp_path / "bad.pt"))
-    assert result.returncode != 0 and f"checkpoint '{tmp_path}/bad.pt': unreadable" in result.stderr
+    assert result.returncode == 2 and f"checkpoint '{tmp_path}/bad.pt': unreadable" in result.stderr
 
 
 def test_export_loads_into_torchrl_and_plays_like_kvrl(trained, tmp_path):

@@ -213,7 +213,7 @@ def test_files_that_would_run_code_on_load_are_refused(tmp_path):
     torch.save({"input": _RunsCodeWhenUnpickled(marker)}, hostile)
     result = subprocess.run([KVRL, "transformer-eval", str(hostile), str(tmp_path / "out.pt")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "global 'posix system' is not allowed (tensors and plain containers only)" in result.stderr
     assert not marker.exists()
 

@@ -229,3 +229,36 @@ TEST(LearnerNonFinite, ANanLossSkipsTheWholeUpdateAndTheNextOneApplies) {
 
 }  // namespace
 }  // namespace kvrl
+
+namespace kvrl {
+namespace {
+
+// Runs only where a GPU is usable (the suffix; tests/test_main.cpp).
+TEST(LearnerOnGpu, AnUpdateOnTheGpuMatchesTheCpu_CUDA) {
+  for (const std::string algorithm : {"ppo", "vtrace"}) {
+    LearnerOptions options;
+    options.algorithm = algorithm;
+    options.epochs = 2;
+    options.minibatches = 2;
+    torch::manual_seed(11);
+    auto cpu_model = std::make_shared<ActorCritic>(two_action_model(8, 16));
+    torch::manual_seed(11);
+    auto gpu_model = std::make_shared<ActorCritic>(two_action_model(8, 16));
+    gpu_model->to(torch::kCUDA);
+    Learner cpu(cpu_model, options, std::make_shared<LocalCommunicator>());
+    Learner gpu(gpu_model, options, std::make_shared<LocalCommunicator>());
+    EXPECT_TRUE(gpu.device().is_cuda());
+    const UpdateStats on_cpu = cpu.update(batch());
+    const UpdateStats on_gpu = gpu.update(batch());
+    EXPECT_NEAR(on_gpu.policy_loss, on_cpu.policy_loss, 1e-4) << algorithm;
+    EXPECT_NEAR(on_gpu.value_loss, on_cpu.value_loss, 1e-4) << algorithm;
+    const auto a = cpu.model().parameters();
+    const auto b = gpu.model().parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(b[i].cpu(), a[i], 1e-4, 1e-5)) << algorithm << " parameter " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrl

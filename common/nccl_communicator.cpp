@@ -1,0 +1,133 @@
+#include "common/nccl_communicator.h"
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "common/errors.h"
+#include "common/gradient_buckets.h"
+#include "common/mpi_check.h"
+#include "common/mpi_transport.h"
+
+namespace kvrl {
+namespace {
+
+void check_nccl(ncclResult_t result, const std::string& what) {
+  if (result != ncclSuccess) throw Error("NCCL " + what + " failed: " + ncclGetErrorString(result));
+}
+
+ncclDataType_t nccl_type(c10::ScalarType type) {
+  switch (type) {
+    case c10::kFloat: return ncclFloat32;
+    case c10::kDouble: return ncclFloat64;
+    case c10::kHalf: return ncclFloat16;
+    case c10::kBFloat16: return ncclBfloat16;
+    default: throw InvalidArgumentError(std::string("NCCL collectives take floating tensors, not ") + c10::toString(type));
+  }
+}
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  std::unique_ptr<MpiCommunicator> scalars;  // host values go over MPI
+  c10::Device device = c10::Device(c10::kCUDA, 0);
+  NcclOptions options;
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  int size = 1;
+  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true);
+
+  // Enqueues `enqueue` on the collective stream after the current stream's work, then
+  // waits for it while watching for NCCL errors and the timeout.
+  template <typename Enqueue>
+  void run(const std::string& operation, std::vector<at::Tensor>& buffers, Enqueue enqueue) {
+    const c10::cuda::CUDAGuard guard(device);
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+    at::cuda::CUDAEvent produced;
+    produced.record(current);
+    produced.block(stream);
+    for (auto& buffer : buffers) buffer.record_stream(stream);  // the allocator must not reuse them early
+    check_nccl(ncclGroupStart(), operation + " (group start)");
+    for (auto& buffer : buffers) enqueue(buffer);
+    check_nccl(ncclGroupEnd(), operation + " (group end)");
+    at::cuda::CUDAEvent done;
+    done.record(stream);
+    const auto start = std::chrono::steady_clock::now();
+    while (!done.query()) {
+      ncclResult_t async_error = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm, &async_error), "reading the async error");
+      std::string problem;
+      if (async_error != ncclSuccess) problem = ncclGetErrorString(async_error);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (problem.empty() && waited > options.timeout_s) {
+        problem = "still running after " + std::to_string(options.timeout_s) + " s (learner.nccl_timeout_s)";
+      }
+      if (!problem.empty()) {
+        ncclCommAbort(comm);  // unblocks this rank's kernels; the job goes down with the Error
+        comm = nullptr;
+        throw Error("NCCL " + operation + " on learner rank " + std::to_string(rank) + " (" + device.str() +
+                    ") failed: " + problem);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    done.block(current);
+  }
+};
+
+NcclCommunicator::NcclCommunicator(MPI_Comm learners, c10::Device device, NcclOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!device.is_cuda()) throw InvalidArgumentError("NcclCommunicator needs a CUDA device, got " + device.str());
+  impl_->scalars = std::make_unique<MpiCommunicator>(learners);
+  impl_->device = device;
+  impl_->options = options;
+  KVRL_MPI_CHECK(MPI_Comm_rank(learners, &impl_->rank), "reading the learner rank");
+  KVRL_MPI_CHECK(MPI_Comm_size(learners, &impl_->size), "reading the learner count");
+  const c10::cuda::CUDAGuard guard(device);
+  impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
+  ncclUniqueId id;
+  if (impl_->rank == 0) check_nccl(ncclGetUniqueId(&id), "creating the unique id");
+  KVRL_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, learners), "broadcasting the NCCL unique id");
+  check_nccl(ncclCommInitRank(&impl_->comm, impl_->size, id, impl_->rank), "creating the learners' communicator");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (impl_->comm) ncclCommDestroy(impl_->comm);
+}
+
+int NcclCommunicator::rank() const { return impl_->rank; }
+int NcclCommunicator::size() const { return impl_->size; }
+
+void NcclCommunicator::all_reduce_mean(std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  const std::vector<TensorBucket> buckets = plan_buckets(tensors, impl_->options.bucket_bytes);
+  std::vector<at::Tensor> flat;
+  for (const TensorBucket& bucket : buckets) flat.push_back(flatten_bucket(bucket, tensors));
+  impl_->run("all-reduce of " + std::to_string(buckets.size()) + " gradient bucket(s)", flat, [&](at::Tensor& buffer) {
+    check_nccl(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), nccl_type(buffer.scalar_type()),
+                             ncclAvg, impl_->comm, impl_->stream.stream()),
+               "all-reduce");
+  });
+  for (size_t i = 0; i < buckets.size(); ++i) unflatten_bucket(flat[i], buckets[i], tensors);
+}
+
+void NcclCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (tensors.empty()) return;
+  const std::vector<TensorBucket> buckets = plan_buckets(tensors, impl_->options.bucket_bytes);
+  std::vector<at::Tensor> flat;
+  for (const TensorBucket& bucket : buckets) flat.push_back(flatten_bucket(bucket, tensors));
+  impl_->run("broadcast from learner " + std::to_string(root), flat, [&](at::Tensor& buffer) {
+    check_nccl(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), nccl_type(buffer.scalar_type()),
+                             root, impl_->comm, impl_->stream.stream()),
+               "broadcast");
+  });
+  for (size_t i = 0; i < buckets.size(); ++i) unflatten_bucket(flat[i], buckets[i], tensors);
+}
+
+double NcclCommunicator::all_reduce_sum(double value) { return impl_->scalars->all_reduce_sum(value); }
+
+}  // namespace kvrl

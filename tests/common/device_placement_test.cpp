@@ -1,0 +1,154 @@
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "common/actor_critic.h"
+#include "common/device_placement.h"
+#include "common/errors.h"
+#include "common/gradient_buckets.h"
+#ifdef KVRL_HAVE_NCCL
+#include "common/nccl_communicator.h"
+#endif
+
+namespace kvrl {
+namespace {
+
+TEST(DevicePlacement, ParsesTheConfigFormsAndNamesABadOne) {
+  EXPECT_EQ(DeviceRequest::parse("auto").kind, DeviceRequest::Kind::kAuto);
+  EXPECT_EQ(DeviceRequest::parse("cpu").kind, DeviceRequest::Kind::kCpu);
+  EXPECT_EQ(DeviceRequest::parse("cuda").index, -1);
+  EXPECT_EQ(DeviceRequest::parse("cuda:3").index, 3);
+  for (const std::string bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA", "cuda:123456"}) {
+    try {
+      DeviceRequest::parse(bad);
+      FAIL() << bad << " was accepted";
+    } catch (const InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("device '" + bad + "' must be auto, cpu, cuda or cuda:N"),
+                std::string::npos);
+    }
+  }
+}
+
+TEST(DevicePlacement, LocalRankComesFromTheFirstLauncherVariableSet) {
+  std::map<std::string, std::string> variables{{"SLURM_LOCALID", "5"}, {"LOCAL_RANK", "7"}};
+  auto lookup = [&](const char* name) -> const char* {
+    auto found = variables.find(name);
+    return found == variables.end() ? nullptr : found->second.c_str();
+  };
+  EXPECT_EQ(local_rank_from_environment(lookup), 5);
+  variables["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
+  EXPECT_EQ(local_rank_from_environment(lookup), 2);
+  variables["OMPI_COMM_WORLD_LOCAL_RANK"] = "two";  // unreadable: the next one counts
+  EXPECT_EQ(local_rank_from_environment(lookup), 5);
+  variables.clear();
+  EXPECT_EQ(local_rank_from_environment(lookup), -1);
+}
+
+TEST(DevicePlacement, SpreadsRanksOverGpusAndFallsBackToCpuSayingWhy) {
+  const DeviceChoice spread = choose_device(DeviceRequest::parse("auto"), 3, 2);
+  EXPECT_EQ(spread.device, c10::Device(c10::kCUDA, 1));
+  EXPECT_FALSE(spread.fell_back);
+  EXPECT_EQ(choose_device(DeviceRequest::parse("cuda"), -1, 4).device, c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(choose_device(DeviceRequest::parse("cuda:1"), 0, 2).device, c10::Device(c10::kCUDA, 1));
+
+  const DeviceChoice none = choose_device(DeviceRequest::parse("auto"), 0, 0);
+  EXPECT_TRUE(none.device.is_cpu());
+  EXPECT_TRUE(none.fell_back);
+  EXPECT_EQ(none.reason, "no usable GPU: running on CPU");
+  const DeviceChoice asked = choose_device(DeviceRequest::parse("cuda"), 0, 0);
+  EXPECT_TRUE(asked.device.is_cpu() && asked.fell_back);
+  EXPECT_EQ(asked.reason, "no usable GPU although the config asks for one: running on CPU");
+  const DeviceChoice missing = choose_device(DeviceRequest::parse("cuda:2"), 0, 2);
+  EXPECT_TRUE(missing.device.is_cpu() && missing.fell_back);
+  EXPECT_EQ(missing.reason, "cuda:2 is configured but only 2 GPU(s) are usable: running on CPU");
+  const DeviceChoice cpu = choose_device(DeviceRequest::parse("cpu"), 0, 8);
+  EXPECT_TRUE(cpu.device.is_cpu());
+  EXPECT_FALSE(cpu.fell_back);
+}
+
+TEST(GradientBuckets, GroupInOrderUpToTheSizeAndKeepDtypesApart) {
+  const std::vector<at::Tensor> tensors = {torch::zeros({10}), torch::zeros({20}), torch::zeros({100}),
+                                           torch::zeros({5}), torch::zeros({5}, torch::kDouble), torch::zeros({1})};
+  const auto buckets = plan_buckets(tensors, 30 * 4);  // 30 floats
+  ASSERT_EQ(buckets.size(), 5u);
+  EXPECT_EQ(buckets[0].members, (std::vector<size_t>{0, 1}));  // 30 floats exactly
+  EXPECT_EQ(buckets[1].members, (std::vector<size_t>{2}));     // larger than a bucket: alone
+  EXPECT_EQ(buckets[2].members, (std::vector<size_t>{3}));
+  EXPECT_EQ(buckets[3].members, (std::vector<size_t>{4}));     // another dtype
+  EXPECT_EQ(buckets[4].members, (std::vector<size_t>{5}));
+  EXPECT_EQ(buckets[0].numel, 30);
+  EXPECT_THROW(plan_buckets(tensors, 0), InvalidArgumentError);
+}
+
+TEST(GradientBuckets, FlattenAndUnflattenRoundTripEveryTensor) {
+  std::vector<at::Tensor> tensors = {torch::randn({3, 4}), torch::randn({7}), torch::randn({2, 2, 2})};
+  const std::vector<at::Tensor> originals = {tensors[0].clone(), tensors[1].clone(), tensors[2].clone()};
+  for (const TensorBucket& bucket : plan_buckets(tensors, 64)) {
+    at::Tensor flat = flatten_bucket(bucket, tensors);
+    EXPECT_EQ(flat.dim(), 1);
+    EXPECT_EQ(flat.numel(), bucket.numel);
+    for (size_t i : bucket.members) tensors[i].zero_();
+    unflatten_bucket(flat * 2, bucket, tensors);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(torch::equal(tensors[i], originals[i] * 2)) << i;
+}
+
+// Runs only where a GPU is usable (the suffix; tests/test_main.cpp).
+TEST(ActorCriticOnGpu, CachedStepsMatchTheCpuWithinFloat32Tolerance_CUDA) {
+  ActorCriticOptions options;
+  options.transformer.input_size = 4;
+  options.transformer.hidden_size = 32;
+  options.transformer.num_heads = 4;
+  options.transformer.max_seq_len = 64;
+  options.num_outputs = 2;
+  torch::manual_seed(3);
+  ActorCritic cpu(options);
+  ActorCritic gpu(options);
+  {
+    torch::NoGradGuard no_grad;
+    auto from = cpu.parameters();
+    auto to = gpu.parameters();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  gpu.to(torch::kCUDA);
+  const at::Tensor observations = torch::randn({20, 8, 4});
+  at::Tensor is_init = torch::rand({8, 20}) < 0.1;
+  is_init[0].fill_(true);
+  at::Generator cpu_generator = at::detail::createCPUGenerator(1);
+  at::Generator gpu_generator = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0));
+  torch::NoGradGuard no_grad;
+  for (int64_t t = 0; t < 20; ++t) {
+    const PolicyStep on_cpu = cpu.act(observations[t], is_init[t], cpu_generator, /*greedy=*/true);
+    const PolicyStep on_gpu = gpu.act(observations[t].cuda(), is_init[t].cuda(), gpu_generator, /*greedy=*/true);
+    EXPECT_TRUE(torch::allclose(on_gpu.values.cpu(), on_cpu.values, 1e-5, 1e-5)) << "step " << t;
+    EXPECT_TRUE(torch::allclose(on_gpu.log_probs.cpu(), on_cpu.log_probs, 1e-5, 1e-5)) << "step " << t;
+  }
+}
+
+#ifdef KVRL_HAVE_NCCL
+// One GPU can only form a one-rank communicator: this checks the bootstrap over MPI, the
+// buckets and the stream ordering, not the arithmetic of several ranks.
+TEST(NcclCommunicator, AllReducesAndBroadcastsOnOneRank_NCCL) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    MPI_Init(nullptr, nullptr);
+    std::atexit([] { MPI_Finalize(); });
+  }
+  NcclCommunicator communicator(MPI_COMM_SELF, c10::Device(c10::kCUDA, 0), NcclOptions{/*bucket_bytes=*/256, 30});
+  EXPECT_EQ(communicator.size(), 1);
+  std::vector<at::Tensor> tensors = {torch::randn({100}, torch::kCUDA), torch::randn({3, 50}, torch::kCUDA)};
+  const std::vector<at::Tensor> before = {tensors[0].clone(), tensors[1].clone()};
+  communicator.all_reduce_mean(tensors);  // several buckets of 64 floats
+  communicator.broadcast(tensors, 0);
+  EXPECT_TRUE(torch::equal(tensors[0], before[0]));
+  EXPECT_TRUE(torch::equal(tensors[1], before[1]));
+  EXPECT_EQ(communicator.all_reduce_sum(2.5), 2.5);
+}
+#endif
+
+}  // namespace
+}  // namespace kvrl
