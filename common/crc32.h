@@ -1,5 +1,6 @@
 // CRC-32 (the IEEE polynomial, as zlib and PNG use) for the checksums of messages
-// between ranks. Thread-safe; the table is built at compile time.
+// between ranks and of checkpoints, and CRC-32C (Castagnoli, as TFRecord files use) for
+// TensorBoard event files. Thread-safe; the tables are built at compile time.
 #pragma once
 
 #include <cstddef>
@@ -9,5 +10,6 @@ namespace kvrl {
 
 // Continues `crc` (0 to start) over `size` bytes at `data`.
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
+uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
 
 }  // namespace kvrl

@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "common/logger.h"
+#include "common/number_text.h"
 
 namespace kvrl {
 namespace {
@@ -24,18 +25,12 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 int64_t parse_count(const std::string& text, int64_t minimum, const std::string& entry) {
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size() || value < minimum) {
+  const std::optional<int64_t> value = parse_integer(text);
+  if (!value || *value < minimum) {
     throw InvalidArgumentError("KVRL_FAULT entry '" + entry + "': '" + text + "' is not an integer >= " +
                                std::to_string(minimum) + "; " + kForms);
   }
-  return value;
+  return *value;
 }
 
 }  // namespace

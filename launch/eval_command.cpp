@@ -12,6 +12,7 @@
 #include "actor/policy_fit.h"
 #include "actor/vector_env.h"
 #include "common/errors.h"
+#include "common/number_text.h"
 #include "common/state_dict_io.h"
 #include "common/torch_file.h"
 #include "launch/run_setup.h"
@@ -21,18 +22,12 @@ namespace kvrl {
 namespace {
 
 int64_t parse_count(const std::string& option, const std::string& text, int64_t low, int64_t high) {
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size() || value < low || value > high) {
+  const std::optional<int64_t> value = parse_integer(text);
+  if (!value || *value < low || *value > high) {
     throw InvalidArgumentError(option + " '" + text + "' must be an integer in [" + std::to_string(low) + ", " +
                                std::to_string(high) + "]");
   }
-  return value;
+  return *value;
 }
 
 // The checkpoint's policy, built from its own config and loaded.

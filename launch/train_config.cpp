@@ -12,6 +12,7 @@
 
 #include "common/device_placement.h"
 #include "common/errors.h"
+#include "common/number_text.h"
 
 namespace kvrl {
 namespace {
@@ -37,15 +38,9 @@ Field int_field(std::string key, Member member, int64_t low, int64_t high, std::
                               (high == std::numeric_limits<int64_t>::max() ? std::string("inf") : std::to_string(high)) + "]";
   return {key, "int", allowed, std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
-            size_t used = 0;
-            int64_t value = 0;
-            try {
-              value = std::stoll(text, &used);
-            } catch (const std::exception&) {
-              fail(k, text, "expected " + allowed);
-            }
-            if (used != text.size() || value < low || value > high) fail(k, text, "expected " + allowed);
-            member(c) = value;
+            const std::optional<int64_t> value = parse_integer(text);
+            if (!value || *value < low || *value > high) fail(k, text, "expected " + allowed);
+            member(c) = *value;
           },
           [=](const TrainConfig& c) { return std::to_string(member(c)); }};
 }
@@ -57,17 +52,9 @@ Field float_field(std::string key, Member member, double low, double high, std::
   const std::string allowed = range.str();
   return {key, "float", allowed, std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
-            size_t used = 0;
-            double value = 0;
-            try {
-              value = std::stod(text, &used);
-            } catch (const std::exception&) {
-              fail(k, text, "expected " + allowed);
-            }
-            if (used != text.size() || !std::isfinite(value) || value < low || value > high) {
-              fail(k, text, "expected " + allowed);
-            }
-            member(c) = value;
+            const std::optional<double> value = parse_number(text);
+            if (!value || *value < low || *value > high) fail(k, text, "expected " + allowed);
+            member(c) = *value;
           },
           [=](const TrainConfig& c) {
             std::ostringstream out;
@@ -186,15 +173,9 @@ const std::vector<Field>& schema() {
 void apply(TrainConfig& config, const std::string& key, const std::string& text) {
   static const std::string kEnvOptions = "env.options.";
   if (key.rfind(kEnvOptions, 0) == 0 && key.size() > kEnvOptions.size()) {
-    size_t used = 0;
-    double value = 0;
-    try {
-      value = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != text.size() || !std::isfinite(value)) fail(key, text, "expected a number");
-    config.env_options[key.substr(kEnvOptions.size())] = value;
+    const std::optional<double> value = parse_number(text);
+    if (!value) fail(key, text, "expected a number");
+    config.env_options[key.substr(kEnvOptions.size())] = *value;
     return;
   }
   for (const Field& field : schema()) {

@@ -9,6 +9,7 @@
 
 #include "common/accelerator_probe.h"
 #include "common/errors.h"
+#include "common/number_text.h"
 #include "common/transformer_module.h"
 
 namespace kvrl {
@@ -31,18 +32,12 @@ DemoArgs parse_demo_args(const std::vector<std::string>& args) {
                                  "' (allowed: --envs N, --steps T, --seed S)");
     }
     if (i + 1 >= args.size()) throw InvalidArgumentError("transformer-demo: " + args[i] + " needs a value");
-    int64_t value = 0;
-    size_t used = 0;
-    try {
-      value = std::stoll(args[i + 1], &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != args[i + 1].size() || value < flag->second.second) {
+    const std::optional<int64_t> value = parse_integer(args[i + 1]);
+    if (!value || *value < flag->second.second) {
       throw InvalidArgumentError("transformer-demo: " + args[i] + " (" + args[i + 1] +
                                  ") must be an integer >= " + std::to_string(flag->second.second));
     }
-    *flag->second.first = value;
+    *flag->second.first = *value;
   }
   return parsed;
 }

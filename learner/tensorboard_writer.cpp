@@ -2,26 +2,15 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
+#include "common/crc32.h"
 #include "common/errors.h"
 
 namespace kvrl {
 namespace {
-
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t value = i;
-    for (int bit = 0; bit < 8; ++bit) value = (value & 1) ? 0x82F63B78u ^ (value >> 1) : value >> 1;
-    table[i] = value;
-  }
-  return table;
-}
-constexpr auto kCrc32cTable = make_crc32c_table();
 
 uint32_t masked_crc32c(const void* data, size_t size) {
   const uint32_t crc = crc32c(data, size);
@@ -62,13 +51,6 @@ std::string event(double wall_time, int64_t step) {
 }
 
 }  // namespace
-
-uint32_t crc32c(const void* data, size_t size) {
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  uint32_t crc = 0xffffffffu;
-  for (size_t i = 0; i < size; ++i) crc = kCrc32cTable[(crc ^ bytes[i]) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xffffffffu;
-}
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::filesystem::create_directories(dir);

@@ -31,7 +31,4 @@ class TensorBoardWriter {
   std::ofstream out_;
 };
 
-// CRC-32C (Castagnoli), as TFRecord uses; exposed for the tests.
-uint32_t crc32c(const void* data, size_t size);
-
 }  // namespace kvrl

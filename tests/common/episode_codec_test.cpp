@@ -37,6 +37,8 @@ class EpisodeCodecTest : public ::testing::Test {
 TEST(Crc32, MatchesTheStandardCheckValue) {
   EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
   EXPECT_EQ(crc32("56789", 5, crc32("1234", 4)), 0xCBF43926u);
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);  // the Castagnoli check value (TFRecord)
+  EXPECT_EQ(crc32c("56789", 5, crc32c("1234", 4)), 0xE3069283u);
 }
 
 TEST_F(EpisodeCodecTest, RoundTripsEveryField) {
