@@ -309,10 +309,7 @@ LearnerStats LearnerLoop::run() {
                                                                                         : "stopped");
   }
 
-  double local_mean = 0;
-  for (double r : recent_returns_) local_mean += r;
-  local_mean = recent_returns_.empty() ? 0 : local_mean / recent_returns_.size();
-  stats_.mean_return = communicator_->all_reduce_sum(local_mean) / learners;
+  stats_.mean_return = communicator_->all_reduce_sum(recent_mean_return()) / learners;
   stats_.lag_mean = lag_count_ ? lag_sum_ / lag_count_ : 0;
   if (!lag_count_) stats_.lag_min = 0;
   stats_.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
