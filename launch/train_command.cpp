@@ -222,6 +222,12 @@ int run_train(const std::vector<std::string>& args) {
     }
     if (rank == 0) {
       logger->info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", size - 1));
+      // launch/kvrl-mpirun names the role of a rank that dies from this file.
+      if (const char* role_map = std::getenv("KVRL_ROLE_MAP")) {
+        std::string lines;
+        for (int r = 0; r < size; ++r) lines += cat(r, " ", r < config.learners ? "learner" : "actor", "\n");
+        write_text(role_map, lines);
+      }
     }
     // Ranks share the cores of a node: one intra-op thread each.
     at::set_num_threads(1);

@@ -143,7 +143,8 @@ def test_a_dying_rank_ends_the_job_within_seconds_naming_it(tmp_path, fault, ran
     assert result.returncode != 0, output[-3000:]
     assert evidence in output, output[-3000:]
     assert f"rank {rank}" in output
-    # Which role a rank has is in the log of every run (and in docs: learners are the lowest ranks).
+    # The launch wrapper names the role too, even for a rank killed outright.
+    assert f"kvrl-mpirun: rank {rank} ({role}) failed" in output, output[-3000:]
     assert "ranks: learners 0-0, actors 1-2" in open(tmp_path / "rank0.log").read()
     assert seconds < 60, f"the job took {seconds:.0f}s to end"
 
