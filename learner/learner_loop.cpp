@@ -204,20 +204,24 @@ LearnerStats LearnerLoop::run() {
   if (root) send_weights();
   while (true) {
     while (auto message = transport_.poll()) receive(*message, /*stopping=*/false);
-    // Any learner that was asked to stop stops them all, at the same update.
+    // One collective per poll says both whether every learner holds its share and whether
+    // any was asked to stop: a stop vote outweighs all the ready votes together.
     const bool asked_to_stop = stop_requested() != 0 || stop_requested_by_ >= 0;
-    if (communicator_->all_reduce_sum(asked_to_stop ? 1.0 : 0.0) > 0) {
+    const double votes =
+        communicator_->all_reduce_sum((queued_steps_ >= share ? 1.0 : 0.0) + (asked_to_stop ? learners + 1.0 : 0.0));
+    if (votes > learners) {  // any learner that was asked to stop stops them all, at the same update
       stats_.end = RunEnd::kInterrupted;
       stats_.end_reason = stop_requested() ? "this rank received " + signal_name(stop_requested())
                           : stop_requested_by_ >= 0 ? cat("actor rank ", stop_requested_by_, " asked to stop")
                                                     : "another learner was asked to stop";
       break;
     }
-    // Checked before an update too: a run resumed at its budget makes no update.
+    // Checked before an update too: a run resumed at its budget makes no update. Every
+    // learner holds the same counters, so they all break here together.
     const bool budget_spent = stats_.env_steps >= options_.total_env_steps ||
                               (options_.max_updates > 0 && stats_.updates >= options_.max_updates);
     if (budget_spent) break;
-    const bool all_ready = communicator_->all_reduce_sum(queued_steps_ >= share ? 1.0 : 0.0) == learners;
+    const bool all_ready = votes == learners;
     if (all_ready) {
       options_.faults.fail_if_due(stats_.updates + 1, *logger_);
       std::vector<Episode> batch = take_share(share);

@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "common/crc32.h"
+#include "common/episode_codec.h"
 #include "common/errors.h"
 #include "common/logger.h"
+#include "common/weights_codec.h"
 #include "learner/checkpoint.h"
 #include "learner/status_server.h"
 #include "learner/tensorboard_writer.h"
@@ -156,7 +158,8 @@ std::string RunReporter::status_json(const RunSnapshot& s, const std::string& st
       << identity_.world_size << ", \"learners\": " << json_ints(identity_.learners)
       << ", \"actors\": " << json_ints(identity_.actors) << "}"
       << ", \"versions\": {\"policy\": " << s.policy_version << ", \"checkpoint_format\": " << kCheckpointFormatVersion
-      << ", \"episode_wire_format\": 1, \"weights_wire_format\": 1}"
+      << ", \"episode_wire_format\": " << EpisodeCodec::kVersion
+      << ", \"weights_wire_format\": " << WeightsCodec::kVersion << "}"
       << ", \"counters\": {\"updates\": " << s.updates << ", \"env_steps\": " << s.env_steps
       << ", \"episodes_used\": " << s.episodes_used << ", \"skipped_updates\": " << s.skipped_updates
       << ", \"dropped\": {";

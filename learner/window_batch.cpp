@@ -4,6 +4,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstring>
 #include <numeric>
 
@@ -87,9 +88,9 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
 
 namespace kvrl {
 
-WindowBatch WindowBatch::to(c10::Device device) const {
-  if (observations.device() == device) return *this;
-  WindowBatch moved = *this;
+WindowBatch WindowBatch::to(c10::Device device) && {
+  WindowBatch moved = std::move(*this);
+  if (moved.observations.device() == device) return moved;
   for (at::Tensor* tensor : {&moved.observations, &moved.actions, &moved.is_init, &moved.step_mask, &moved.rewards,
                              &moved.behaviour_log_probs}) {
     *tensor = tensor->to(device, /*non_blocking=*/false);

@@ -33,8 +33,8 @@ struct WindowBatch {
   // Real step tokens over computed tokens.
   double packing_efficiency() const;
   int64_t rows() const { return observations.size(0); }
-  // The same batch with its tensors on `device` (the learner's).
-  WindowBatch to(c10::Device device) const;
+  // The batch with its tensors on `device` (the learner's); a no-op move when they are there.
+  WindowBatch to(c10::Device device) &&;
   int64_t width() const { return observations.size(1); }
 };
 

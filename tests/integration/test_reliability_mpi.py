@@ -206,19 +206,12 @@ class _RunsCodeWhenUnpickled:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_files_that_would_run_code_on_load_are_refused(tmp_path):
-    """torch.load(weights_only=False) of these files would run a shell command; kvrl reads
-    tensors and plain containers only, so it names the global and runs nothing."""
+def test_a_checkpoint_that_would_run_code_on_load_is_refused(tmp_path):
+    """torch.load(weights_only=False) of this file would run a shell command; kvrl reads
+    tensors and plain containers only, so resume names the global, runs nothing, and takes
+    the checkpoint before it. (transformer-eval inputs: tests/conformance,
+    test_a_pickled_callable_is_refused_without_running_it.)"""
     marker = tmp_path / "code_ran"
-    hostile = tmp_path / "hostile.pt"
-    torch.save({"input": _RunsCodeWhenUnpickled(marker)}, hostile)
-    result = subprocess.run([KVRL, "transformer-eval", str(hostile), str(tmp_path / "out.pt")],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2, result.stderr
-    assert "global 'posix system' is not allowed (tensors and plain containers only)" in result.stderr
-    assert not marker.exists()
-
-    # The same as the newest checkpoint of a run: resume refuses it and takes the one before.
     run_dir = tmp_path / "run"
     result, _ = train(3, PPO, f"run.dir={run_dir}", *SMALL, "run.max_updates=1")
     assert result.returncode == 0, result.stderr[-3000:]
