@@ -1,6 +1,8 @@
 #include "common/causal_transformer.h"
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/zeros.h>
@@ -23,7 +25,42 @@ void require_positive(const char* name, int64_t value) {
   }
 }
 
+// Query rows per attention chunk of a masked window: small enough that a 512-token
+// causal window skips most of its upper triangle, large enough that the per-call
+// overhead stays small next to the kernel (measured in bench/transformer_bench.cpp).
+constexpr int64_t kAttentionQueryChunk = 64;
+
 }  // namespace
+
+std::vector<AttentionChunk> attention_chunks(const at::Tensor& mask, int64_t query_chunk) {
+  if (mask.dim() != 3 || mask.size(-1) != mask.size(-2) || mask.scalar_type() != at::kBool) {
+    throw InvalidArgumentError("attention_chunks expects a bool mask [B, T, T], got " +
+                               c10::str(mask.scalar_type(), mask.sizes()) + ".");
+  }
+  require_positive("query_chunk", query_chunk);
+  const int64_t t = mask.size(-1);
+  const int64_t count = (t + query_chunk - 1) / query_chunk;
+  // [chunks, T]: whether any query of the chunk, in any row, may attend to each key.
+  const at::Tensor needed = at::constant_pad_nd(mask.any(/*dim=*/0), {0, 0, 0, count * query_chunk - t}, 0)
+                                .view({count, query_chunk, t})
+                                .any(/*dim=*/1)
+                                .to(at::kCPU);
+  const auto keys = needed.accessor<bool, 2>();
+  std::vector<AttentionChunk> chunks;
+  chunks.reserve(static_cast<size_t>(count));
+  for (int64_t chunk = 0; chunk < count; ++chunk) {
+    int64_t first = 0;
+    while (first < t && !keys[chunk][first]) ++first;
+    int64_t last = t - 1;
+    while (last > first && !keys[chunk][last]) --last;
+    const int64_t begin = chunk * query_chunk;
+    const int64_t rows = std::min(query_chunk, t - begin);
+    // A chunk with no allowed key keeps every key, so its fully masked rows come out of
+    // the kernel exactly as they would unchunked.
+    chunks.push_back(first == t ? AttentionChunk{begin, rows, 0, t} : AttentionChunk{begin, rows, first, last - first + 1});
+  }
+  return chunks;
+}
 
 void CausalTransformerOptions::validate() const {
   require_positive("input_size", input_size);
@@ -58,6 +95,7 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_head
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
+                                         const std::vector<AttentionChunk>& chunks,
                                          at::Tensor* layer_keys, at::Tensor* layer_values) {
   const int64_t batch = h.size(0);
   const int64_t t = h.size(1);
@@ -65,6 +103,7 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
   auto heads = [&](const at::Tensor& x) {
     return x.view({batch, t, num_heads_, head_dim_}).transpose(1, 2);
   };
+  const at::Tensor queries = heads(qkv[0]);
   const at::Tensor keys = heads(qkv[1]);
   const at::Tensor values = heads(qkv[2]);
   if (layer_keys != nullptr && layer_values != nullptr) {
@@ -73,12 +112,21 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
   }
   // An undefined mask means plain causal attention, which lets SDPA pick its fused
   // causal kernel instead of materialising a [B, heads, T, T] mask.
-  const at::Tensor attention =
-      attn_mask.defined()
-          ? at::scaled_dot_product_attention(heads(qkv[0]), keys, values, attn_mask)
-          : at::scaled_dot_product_attention(heads(qkv[0]), keys, values, /*attn_mask=*/std::nullopt,
-                                             /*dropout_p=*/0.0, /*is_causal=*/true);
-  return attend(h, attention);
+  if (!attn_mask.defined()) {
+    return attend(h, at::scaled_dot_product_attention(queries, keys, values, /*attn_mask=*/std::nullopt,
+                                                      /*dropout_p=*/0.0, /*is_causal=*/true));
+  }
+  if (chunks.size() <= 1) return attend(h, at::scaled_dot_product_attention(queries, keys, values, attn_mask));
+  std::vector<at::Tensor> parts;
+  parts.reserve(chunks.size());
+  for (const AttentionChunk& chunk : chunks) {
+    auto keys_of = [&](const at::Tensor& x) { return x.narrow(/*dim=*/2, chunk.key_begin, chunk.key_count); };
+    parts.push_back(at::scaled_dot_product_attention(
+        queries.narrow(/*dim=*/2, chunk.query_begin, chunk.query_count), keys_of(keys), keys_of(values),
+        attn_mask.narrow(/*dim=*/-2, chunk.query_begin, chunk.query_count)
+            .narrow(/*dim=*/-1, chunk.key_begin, chunk.key_count)));
+  }
+  return attend(h, at::cat(parts, /*dim=*/2));
 }
 
 at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
@@ -158,7 +206,12 @@ BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::
         mask ? *mask
              : at::ones({t, t}, features.options().dtype(at::kBool)).tril().expand({features.size(0), t, t});
     const at::Tensor attn_mask = window_mask.unsqueeze(-3);
-    for (auto& block : block_list_) h = block->forward(h, attn_mask);
+    // Computed once for all layers: they share the mask.
+    const std::vector<AttentionChunk> chunks =
+        window_mask.scalar_type() == at::kBool && window_mask.dim() == 3 && t > kAttentionQueryChunk
+            ? attention_chunks(window_mask, kAttentionQueryChunk)
+            : std::vector<AttentionChunk>{};
+    for (auto& block : block_list_) h = block->forward(h, attn_mask, chunks);
     return {norm_->forward(h), nullptr};
   }
   if (features.size(1) != 1) {
@@ -204,7 +257,7 @@ void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     at::Tensor layer_keys = cache.keys.select(1, layer);
     at::Tensor layer_values = cache.values.select(1, layer);
-    h = block_list_[layer]->forward(h, attn_mask, &layer_keys, &layer_values);
+    h = block_list_[layer]->forward(h, attn_mask, /*chunks=*/{}, &layer_keys, &layer_values);
   }
   cache.high_water = std::max(cache.high_water, t);
 }

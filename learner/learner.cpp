@@ -158,8 +158,9 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
     advantages = (advantages - real.mean()) / (std + 1e-8);
   }
 
-  stats.packing_efficiency = batch.packing_efficiency();
   const int64_t rows = batch.rows();
+  int64_t computed_steps = 0;
+  int64_t computed_tokens = 0;
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
   bool first = true;
   const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
@@ -168,8 +169,9 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches).to(mask.device());
-      auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, index); };
+      const WindowRows rows_of(batch, minibatch_rows(order, minibatch, options_.minibatches));
+      computed_steps += rows_of.steps();
+      computed_tokens += rows_of.computed_tokens();
       const at::Tensor mb_mask = rows_of(mask);
       const at::Tensor mb_advantages = rows_of(advantages);
       const at::Tensor mb_returns = rows_of(returns);
@@ -202,6 +204,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   }
   stats.approx_kl = kl_sum.item<double>() / optimizer_steps;
   stats.clip_fraction = clip_sum.item<double>() / optimizer_steps;
+  stats.packing_efficiency = static_cast<double>(computed_steps) / static_cast<double>(computed_tokens);
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
   return stats;
 }
@@ -209,7 +212,8 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
 UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
   UpdateStats stats;
-  stats.packing_efficiency = batch.packing_efficiency();
+  int64_t computed_steps = 0;
+  int64_t computed_tokens = 0;
   // Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
   // V-trace targets with the current values: more learning per env step than IMPALA's
   // single pass, and with one epoch and one minibatch it is exactly that single pass.
@@ -222,9 +226,9 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      const at::Tensor index = minibatch_rows(order, minibatch, options_.minibatches);  // on the host
-      const at::Tensor device_index = index.to(batch.step_mask.device());
-      auto rows_of = [&](const at::Tensor& t) { return t.index_select(0, device_index); };
+      const WindowRows rows_of(batch, minibatch_rows(order, minibatch, options_.minibatches));
+      computed_steps += rows_of.steps();
+      computed_tokens += rows_of.computed_tokens();
       const at::Tensor mask = rows_of(batch.step_mask);
       const at::Tensor actions = rows_of(batch.actions);
       const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
@@ -238,7 +242,7 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
         torch::NoGradGuard no_grad;
         const at::Tensor log_rhos = (log_probs.detach() - rows_of(batch.behaviour_log_probs)).to(at::kCPU);
         const at::Tensor rewards = rows_of(batch.rewards).to(at::kCPU);
-        const auto picked = index.accessor<int64_t, 1>();
+        const auto picked = rows_of.host_index().accessor<int64_t, 1>();
         for (int64_t position = 0; position < picked.size(0); ++position) {
           for (const EpisodeSlot* slot_in_row : slots_of_row[picked[position]]) {
             const EpisodeSlot& slot = *slot_in_row;
@@ -266,6 +270,7 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
       stats.rho_max = std::max(stats.rho_max, real_rhos.max().item<double>());
     }
   }
+  stats.packing_efficiency = static_cast<double>(computed_steps) / static_cast<double>(computed_tokens);
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
   return stats;
 }

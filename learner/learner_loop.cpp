@@ -225,6 +225,10 @@ LearnerStats LearnerLoop::run() {
     if (all_ready) {
       options_.faults.fail_if_due(stats_.updates + 1, *logger_);
       std::vector<Episode> batch = take_share(share);
+      // Credit counts queued steps: returned as the batch leaves the queue, so actors
+      // collect the next batch while this one trains (returned after the update, the
+      // two would take turns whenever the credit is about one batch).
+      for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
       double batch_lag_sum = 0;
       batch_lag_max_ = 0;
       for (const Episode& e : batch) {
@@ -246,7 +250,6 @@ LearnerStats LearnerLoop::run() {
       ++policy_version_;
       ++stats_.updates;
       stats_.episodes_used += static_cast<int64_t>(batch.size());
-      for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
       stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
       if (stats_.last_update.skipped) {
         if (note_skip()) {

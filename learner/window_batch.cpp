@@ -79,6 +79,9 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
     }
     batch.step_tokens += e.length();
   }
+  batch.row_tokens = std::move(row_used);
+  batch.row_steps.assign(batch.row_tokens.size(), 0);
+  for (const EpisodeSlot& slot : slots) batch.row_steps[static_cast<size_t>(slot.row)] += slot.length;
   batch.slots = std::move(slots);
   batch.computed_tokens = rows * width;
   return batch;
@@ -87,6 +90,20 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
 }  // namespace kvrl
 
 namespace kvrl {
+
+WindowRows::WindowRows(const WindowBatch& batch, at::Tensor host_index)
+    : host_index_(std::move(host_index)), device_index_(host_index_.to(batch.step_mask.device())) {
+  const auto rows = host_index_.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < rows.size(0); ++i) {
+    const auto row = static_cast<size_t>(rows[i]);
+    width_ = std::max(width_, batch.row_tokens.at(row));
+    steps_ += batch.row_steps.at(row);
+  }
+}
+
+at::Tensor WindowRows::operator()(const at::Tensor& t) const {
+  return t.index_select(0, device_index_).narrow(1, 0, width_);
+}
 
 WindowBatch WindowBatch::to(c10::Device device) && {
   WindowBatch moved = std::move(*this);

@@ -27,6 +27,8 @@ struct WindowBatch {
   at::Tensor rewards;              // [B, T] float
   at::Tensor behaviour_log_probs;  // [B, T] float
   std::vector<EpisodeSlot> slots;
+  std::vector<int64_t> row_tokens;  // per row: tokens before its padding
+  std::vector<int64_t> row_steps;   // per row: real steps
   int64_t step_tokens = 0;      // real steps
   int64_t computed_tokens = 0;  // B * T
 
@@ -36,6 +38,27 @@ struct WindowBatch {
   // The batch with its tensors on `device` (the learner's); a no-op move when they are there.
   WindowBatch to(c10::Device device) &&;
   int64_t width() const { return observations.size(1); }
+};
+
+// Some rows of a batch, cut to the widest of them: the padding all of them end with is
+// neither computed nor attended to. Offsets of the batch's slots stay valid.
+class WindowRows {
+ public:
+  // `host_index`: kLong row numbers on the CPU.
+  WindowRows(const WindowBatch& batch, at::Tensor host_index);
+
+  // t [B, T, ...] -> [rows, width, ...]
+  at::Tensor operator()(const at::Tensor& t) const;
+  const at::Tensor& host_index() const { return host_index_; }
+  int64_t width() const { return width_; }
+  int64_t steps() const { return steps_; }
+  int64_t computed_tokens() const { return host_index_.numel() * width_; }
+
+ private:
+  at::Tensor host_index_;
+  at::Tensor device_index_;
+  int64_t width_ = 0;
+  int64_t steps_ = 0;
 };
 
 // Throws InvalidArgumentError when `episodes` is empty, sizes differ, or an episode needs

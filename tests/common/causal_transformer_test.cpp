@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "common/episode_masks.h"
 #include "common/errors.h"
 
 namespace kvrl {
@@ -174,6 +175,77 @@ TEST_F(CausalTransformerTest, CloneCopiesValuesIntoIndependentStorage) {
     EXPECT_NE(item.value().data_ptr(), source[item.key()].data_ptr()) << item.key();
     EXPECT_EQ(item.value().scalar_type(), torch::kDouble);
   }
+}
+
+}  // namespace
+}  // namespace kvrl
+
+namespace kvrl {
+namespace {
+
+// Rows of segments: [0, 40) and [40, 100) in row 0; [0, 100) in row 1 except padding from 90.
+at::Tensor packed_rows_mask() {
+  at::Tensor is_init = torch::zeros({2, 100}, torch::kBool);
+  is_init[0][0] = true;
+  is_init[0][40] = true;
+  is_init[1][0] = true;
+  is_init[1].narrow(0, 90, 10).fill_(true);  // padding: each token its own segment
+  return segment_causal_mask_from_is_init(is_init);
+}
+
+TEST(AttentionChunks, KeyRangesCoverEveryAllowedKeyAndSkipTheRest) {
+  const at::Tensor mask = packed_rows_mask();
+  const std::vector<AttentionChunk> chunks = attention_chunks(mask, 32);
+  ASSERT_EQ(chunks.size(), 4u);
+  for (const AttentionChunk& chunk : chunks) {
+    const at::Tensor rows = mask.narrow(1, chunk.query_begin, chunk.query_count);
+    // Nothing outside the range is allowed, and its ends are allowed keys.
+    EXPECT_EQ(rows.sum().item<int64_t>(), rows.narrow(2, chunk.key_begin, chunk.key_count).sum().item<int64_t>());
+    EXPECT_TRUE(rows.select(2, chunk.key_begin).any().item<bool>());
+    EXPECT_TRUE(rows.select(2, chunk.key_begin + chunk.key_count - 1).any().item<bool>());
+  }
+  EXPECT_EQ(chunks[0].key_begin, 0);
+  EXPECT_EQ(chunks[0].key_count, 32);  // causal: no key past the chunk's last query
+  EXPECT_EQ(chunks[3].query_begin, 96);
+  EXPECT_EQ(chunks[3].query_count, 4);  // the last chunk is short
+  EXPECT_EQ(chunks[2].key_begin, 0);    // row 1's episode, from 0, has queries up to 89
+  // Queries 96-99: row 0's second episode starts at 40, row 1's padding sees only itself.
+  EXPECT_EQ(chunks[3].key_begin, 40);
+  EXPECT_EQ(chunks[3].key_count, 60);
+}
+
+TEST(AttentionChunks, ChunkWithoutAllowedKeysKeepsEveryKey) {
+  at::Tensor mask = torch::ones({1, 8, 8}, torch::kBool).tril();
+  mask.narrow(1, 4, 4).fill_(false);
+  const std::vector<AttentionChunk> chunks = attention_chunks(mask, 4);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[1].key_begin, 0);
+  EXPECT_EQ(chunks[1].key_count, 8);
+}
+
+TEST(AttentionChunks, RejectsAMaskThatIsNotBoolBTT) {
+  EXPECT_THROW(attention_chunks(torch::ones({1, 4, 4}), 2), InvalidArgumentError);
+  EXPECT_THROW(attention_chunks(torch::ones({4, 4}, torch::kBool), 2), InvalidArgumentError);
+  EXPECT_THROW(attention_chunks(torch::ones({1, 4, 4}, torch::kBool), 0), InvalidArgumentError);
+}
+
+TEST(AttentionChunks, ChunkedBlockMatchesTheWholeWindowForwardAndBackward) {
+  torch::manual_seed(3);
+  TransformerBlock block(16, 4, 32, 0.0);
+  const at::Tensor mask = packed_rows_mask();
+  const at::Tensor input = torch::randn({2, 100, 16});
+  auto run = [&](const std::vector<AttentionChunk>& chunks) {
+    block->zero_grad();
+    at::Tensor h = input.clone().requires_grad_(true);
+    at::Tensor out = block->forward(h, mask.unsqueeze(-3), chunks);
+    // Padding rows are excluded, as the losses exclude them.
+    (out.narrow(1, 0, 90) * out.narrow(1, 0, 90)).sum().backward();
+    return std::make_pair(out.detach(), block->named_parameters()["qkv.weight"].grad().clone());
+  };
+  const auto [whole, whole_grad] = run({});
+  const auto [chunked, chunked_grad] = run(attention_chunks(mask, 16));
+  EXPECT_TRUE(torch::allclose(chunked, whole, /*rtol=*/1e-5, /*atol=*/1e-6));
+  EXPECT_TRUE(torch::allclose(chunked_grad, whole_grad, /*rtol=*/1e-4, /*atol=*/1e-5));
 }
 
 }  // namespace

@@ -32,6 +32,24 @@ TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
   EXPECT_FALSE(batch.step_mask[1][9].item<bool>());
 }
 
+TEST(WindowBatch, RowsAreCutToTheWidestSelectedRow) {
+  // Rows of 10, 8 and 6 tokens (9-, 7- and 5-step episodes).
+  const WindowBatch batch = pack_windows({episode_of_length(9), episode_of_length(5), episode_of_length(7)}, 16);
+  ASSERT_EQ(batch.row_tokens, (std::vector<int64_t>{10, 8, 6}));
+  EXPECT_EQ(batch.row_steps, (std::vector<int64_t>{9, 7, 5}));
+  const WindowRows rows(batch, torch::tensor({2, 1}, torch::kLong));
+  EXPECT_EQ(rows.width(), 8);
+  EXPECT_EQ(rows.steps(), 12);
+  EXPECT_EQ(rows.computed_tokens(), 16);
+  const at::Tensor observations = rows(batch.observations);
+  EXPECT_EQ(observations.sizes(), (std::vector<int64_t>{2, 8, batch.observations.size(2)}));
+  EXPECT_TRUE(torch::equal(observations[0], batch.observations[2].narrow(0, 0, 8)));
+  EXPECT_TRUE(torch::equal(rows(batch.step_mask)[1], batch.step_mask[1].narrow(0, 0, 8)));
+  // Nothing cut off was a step.
+  EXPECT_EQ(rows(batch.step_mask).sum().item<int64_t>(), rows.steps());
+  EXPECT_EQ(WindowRows(batch, torch::tensor({0}, torch::kLong)).width(), 10);
+}
+
 TEST(WindowBatch, RejectsAnEpisodeLongerThanMaxSeqLen) {
   EXPECT_THROW(pack_windows({episode_of_length(8)}, 8), InvalidArgumentError);
   EXPECT_NO_THROW(pack_windows({episode_of_length(7)}, 8));
