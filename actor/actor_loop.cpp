@@ -43,6 +43,18 @@ ActorLoop::ActorLoop(ActorLoopOptions options, MpiTransport& transport, std::sha
   credits_.assign(options_.learner_ranks.size(), options_.credit_steps);
   learner_stopped_.assign(options_.learner_ranks.size(), false);
   stats_.episodes_sent_to.assign(options_.learner_ranks.size(), 0);
+  if (options_.weight_broadcast) {
+    staged_weights_ = std::make_unique<StagedWeightReceiver>(
+        *options_.weight_broadcast, parameter_count_, parameters_.front().options(), options_.weight_broadcast_timeout_s);
+  }
+}
+
+void ActorLoop::drain() {
+  while (auto message = transport_.poll()) handle(*message);
+  if (!staged_weights_) return;
+  if (const std::optional<int64_t> version = staged_weights_->poll(parameters_, stats_.policy_version)) {
+    adopt_weights(*version);
+  }
 }
 
 void ActorLoop::handle(const Message& message) {
@@ -76,6 +88,21 @@ void ActorLoop::handle(const Message& message) {
       }
       break;
     }
+    case MessageTag::kWeightsAnnounce: {
+      if (!staged_weights_) {
+        logger_->error(cat("dropping a weights announcement from rank ", message.source,
+                           ": this actor receives weights as messages"));
+        break;
+      }
+      try {
+        staged_weights_->announce(WeightAnnouncement::decode(message.bytes));
+      } catch (const MalformedMessageError& error) {
+        // Learner 0 will wait for this actor in a broadcast it never joins: its timeout
+        // (learner.nccl_timeout_s) then stops the run, naming the broadcast.
+        logger_->error(cat("dropping a weights announcement from rank ", message.source, ": ", error.what()));
+      }
+      break;
+    }
     default:
       logger_->warn(cat("dropping a message with unexpected tag ", static_cast<int>(message.tag), " from rank ",
                         message.source));
@@ -84,9 +111,13 @@ void ActorLoop::handle(const Message& message) {
 
 void ActorLoop::apply_weights(const WeightsMessage& weights) {
   assign_parameters(weights.values, parameters_);
+  adopt_weights(weights.policy_version);
+}
+
+void ActorLoop::adopt_weights(int64_t policy_version) {
   ++stats_.cache_invalidations;
   if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
-  stats_.policy_version = weights.policy_version;
+  stats_.policy_version = policy_version;
   if (!options_.keep_context_on_update) {
     model_->mark_weight_update();
     return;
@@ -163,10 +194,6 @@ ActorStats ActorLoop::run() {
   for (int64_t i = 0; i < env_.num_envs(); ++i) open_.push_back(empty_episode(rank, next_episode_id++, obs_size, act_size));
 
   auto all_stopped = [&] { return std::all_of(learner_stopped_.begin(), learner_stopped_.end(), [](bool s) { return s; }); };
-  auto drain = [&] {
-    while (auto message = transport_.poll()) handle(*message);
-  };
-
   // Act only with the learners' weights: wait for version 0.
   while (stats_.policy_version < 0 && !all_stopped()) {
     drain();
@@ -227,6 +254,11 @@ ActorStats ActorLoop::run() {
   }
   for (const Episode& e : open_) stats_.partial_episodes_at_stop += e.length() > 0 ? 1 : 0;
   stats_.unsent_episodes_at_stop = static_cast<int64_t>(outbox_.size());
+  // Learner 0 waits in every broadcast it announced until each actor has joined it.
+  while (staged_weights_ && staged_weights_->outstanding() > 0) {
+    drain();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   // Every learner has stopped; tell each how many episodes to expect, then let the sends finish.
   for (size_t i = 0; i < options_.learner_ranks.size(); ++i) {
     std::vector<uint8_t> count(sizeof(int64_t));

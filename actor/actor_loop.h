@@ -2,7 +2,9 @@
 // records complete episodes and ships each to a learner (the one with the most credits
 // left, so the load balances); with no credit left it stops stepping until a learner
 // grants one, so a slow learner throttles actors and memory stays bounded. New weights
-// are applied between steps, then mark_weight_update() restarts every stream's cache.
+// are applied between steps, then mark_weight_update() restarts every stream's cache;
+// a staged broadcast (common/staged_weights.h) is joined at a step boundary and swapped
+// in at a later one, once it has landed.
 // It ends when every learner has said stop, after telling each learner how many
 // episodes it sent. Asked to stop itself (a signal), it stops stepping and asks the
 // learners to end the run; episodes cut short or never sent are counted.
@@ -18,6 +20,7 @@
 #include "common/fault_injection.h"
 #include "common/logger.h"
 #include "common/mpi_transport.h"
+#include "common/staged_weights.h"
 #include "common/weights_codec.h"
 
 namespace kvrl {
@@ -48,6 +51,10 @@ struct ActorLoopOptions {
   // CPU, in one device-to-host copy per step.
   c10::Device device = c10::Device(c10::kCPU);
   FaultPlan faults;  // for tests: corrupt_episode counts episodes sent, exit/abort/kill vector steps
+  // Set when learner 0 announces weights and broadcasts them on a collective (NCCL or
+  // MPI_Ibcast) instead of sending one message per actor; the staged broadcast's timeout.
+  std::shared_ptr<WeightBroadcastTransport> weight_broadcast;
+  double weight_broadcast_timeout_s = 300;
 };
 
 class ActorLoop {
@@ -61,6 +68,10 @@ class ActorLoop {
   void handle(const Message& message);
   void record_step(const PolicyStep& step);
   void apply_weights(const WeightsMessage& weights);
+  // After the parameters hold `policy_version`: bookkeeping and mark_weight_update().
+  void adopt_weights(int64_t policy_version);
+  // Handles every message waiting, then lets a staged broadcast progress.
+  void drain();
   bool ship_outbox();  // returns whether everything was sent
 
   ActorLoopOptions options_;
@@ -71,6 +82,7 @@ class ActorLoop {
   std::shared_ptr<Logger> logger_;
   std::vector<at::Tensor> parameters_;
   int64_t parameter_count_ = 0;
+  std::unique_ptr<StagedWeightReceiver> staged_weights_;  // with options_.weight_broadcast
   std::vector<int64_t> credits_;        // env steps each learner will still accept
   std::vector<bool> learner_stopped_;
   std::vector<Episode> open_;           // the episode each environment is in

@@ -22,6 +22,7 @@ enum class MessageTag : int {
   kStop = 4,       // learner -> actor: this learner sends nothing more; stop acting (one byte: RunEnd)
   kActorDone = 5,  // actor -> learner: int64 count of episodes this actor sent to it
   kStopRequest = 6,  // actor -> learner: this actor was asked to stop (a signal); stop the run
+  kWeightsAnnounce = 7,  // learner 0 -> actor: a staged weight broadcast of this version follows (16 bytes)
 };
 
 // Why a run ended, carried by kStop so that every rank exits with the same status.

@@ -130,4 +130,91 @@ void NcclCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
 
 double NcclCommunicator::all_reduce_sum(double value) { return impl_->scalars->all_reduce_sum(value); }
 
+struct NcclWeightBroadcast::Impl {
+  c10::Device device = c10::Device(c10::kCUDA, 0);
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false);
+
+  // Throws Error naming the rank when the communicator has failed; aborts it so that no
+  // kernel of this rank stays blocked.
+  void check_async(const std::string& operation) {
+    if (comm == nullptr) throw Error("NCCL " + operation + " on weight-broadcast rank " + std::to_string(rank) +
+                                     ": the communicator was aborted");
+    ncclResult_t async_error = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm, &async_error), "reading the async error");
+    if (async_error != ncclSuccess) {
+      abort();
+      throw Error("NCCL " + operation + " on weight-broadcast rank " + std::to_string(rank) + " (" + device.str() +
+                  ") failed: " + ncclGetErrorString(async_error));
+    }
+  }
+  void abort() {
+    if (comm != nullptr) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+};
+
+namespace {
+
+class PendingNcclBroadcast : public PendingBroadcast {
+ public:
+  PendingNcclBroadcast(std::shared_ptr<NcclWeightBroadcast::Impl> impl, at::Tensor buffer)
+      : impl_(std::move(impl)), buffer_(std::move(buffer)) {}
+  void enqueue() {
+    const c10::cuda::CUDAGuard guard(impl_->device);
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(impl_->device.index());
+    at::cuda::CUDAEvent written;  // the buffer's producer (or last reader) comes first
+    written.record(current);
+    written.block(impl_->stream);
+    buffer_.record_stream(impl_->stream);
+    impl_->check_async("weight broadcast");
+    check_nccl(ncclBroadcast(buffer_.data_ptr(), buffer_.data_ptr(), buffer_.numel(), ncclFloat32, /*root=*/0,
+                             impl_->comm, impl_->stream.stream()),
+               "weight broadcast");
+    done_.record(impl_->stream);
+  }
+  bool landed() override {
+    impl_->check_async("weight broadcast");
+    return done_.query();
+  }
+  void abandon() override { impl_->abort(); }
+
+ private:
+  std::shared_ptr<NcclWeightBroadcast::Impl> impl_;
+  at::Tensor buffer_;
+  at::cuda::CUDAEvent done_;
+};
+
+}  // namespace
+
+NcclWeightBroadcast::NcclWeightBroadcast(MPI_Comm members, c10::Device device) : impl_(std::make_shared<Impl>()) {
+  if (!device.is_cuda()) throw InvalidArgumentError("NcclWeightBroadcast needs a CUDA device, got " + device.str());
+  int size = 1;
+  KVRL_MPI_CHECK(MPI_Comm_rank(members, &impl_->rank), "reading the weight-broadcast rank");
+  KVRL_MPI_CHECK(MPI_Comm_size(members, &size), "reading the weight-broadcast size");
+  impl_->device = device;
+  const c10::cuda::CUDAGuard guard(device);
+  impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  ncclUniqueId id;
+  if (impl_->rank == 0) check_nccl(ncclGetUniqueId(&id), "creating the weight-broadcast unique id");
+  KVRL_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, members), "broadcasting the NCCL unique id");
+  check_nccl(ncclCommInitRank(&impl_->comm, size, id, impl_->rank), "creating the weight-broadcast communicator");
+}
+
+NcclWeightBroadcast::~NcclWeightBroadcast() {
+  if (impl_->comm) ncclCommDestroy(impl_->comm);
+  impl_->comm = nullptr;
+}
+
+std::unique_ptr<PendingBroadcast> NcclWeightBroadcast::join(at::Tensor buffer) {
+  if (buffer.dim() != 1 || buffer.scalar_type() != at::kFloat || buffer.device() != impl_->device) {
+    throw InvalidArgumentError("NcclWeightBroadcast::join: expected a 1-d float buffer on " + impl_->device.str() +
+                               ", got " + c10::str(buffer.scalar_type(), buffer.sizes(), " on ", buffer.device()));
+  }
+  auto pending = std::make_unique<PendingNcclBroadcast>(impl_, std::move(buffer));
+  pending->enqueue();
+  return pending;
+}
+
 }  // namespace kvrl

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <set>
 
 #include "actor/actor_loop.h"
 #include "actor/vector_env.h"
@@ -19,6 +21,7 @@
 #include "common/logger.h"
 #include "common/mpi_check.h"
 #include "common/mpi_transport.h"
+#include "common/mpi_weight_broadcast.h"
 #ifdef KVRL_HAVE_NCCL
 #include "common/nccl_communicator.h"
 #endif
@@ -91,6 +94,60 @@ std::shared_ptr<Communicator> make_learner_communicator(MPI_Comm learners, c10::
                            : "learners are on mixed devices: gradients are averaged over MPI, through the host");
   }
   return std::make_shared<MpiCommunicator>(learners, bucket_bytes);
+}
+
+// How learner 0 sends weights to the actors (learner.weight_broadcast): null for one MPI
+// message per actor, else a collective transport over `members` (learner 0 and the
+// actors), which this creates. A collective over MPI_COMM_WORLD; every rank reaches the
+// same decision from the same gathered facts.
+std::shared_ptr<WeightBroadcastTransport> make_weight_broadcast(const TrainConfig& config, bool member,
+                                                                c10::Device device, MPI_Comm* members,
+                                                                Logger& logger) {
+  const std::string& choice = config.weight_broadcast;
+  if (choice == "mpi_messages") return nullptr;
+  // Per rank: member, on a GPU, its index, its host. NCCL refuses two ranks on one GPU.
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int host_length = 0;
+  KVRL_MPI_CHECK(MPI_Get_processor_name(host, &host_length), "reading the host name");
+  const int64_t mine[4] = {member ? 1 : 0, device.is_cuda() ? 1 : 0, device.is_cuda() ? device.index() : -1,
+                           static_cast<int64_t>(std::hash<std::string>{}(std::string(host, host_length)) >> 1)};
+  int size = 0;
+  KVRL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size), "reading the world size");
+  std::vector<int64_t> all(static_cast<size_t>(4 * size));
+  KVRL_MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, MPI_COMM_WORLD),
+                 "comparing the ranks' devices");
+  std::string nccl_obstacle;
+#ifndef KVRL_HAVE_NCCL
+  nccl_obstacle = "kvrl was built without NCCL";
+#endif
+  std::set<std::pair<int64_t, int64_t>> gpus;
+  for (int r = 0; r < size && nccl_obstacle.empty(); ++r) {
+    const int64_t* facts = &all[static_cast<size_t>(4 * r)];
+    if (facts[0] == 0) continue;
+    if (facts[1] == 0) nccl_obstacle = cat("rank ", r, " acts or learns on the CPU");
+    if (nccl_obstacle.empty() && !gpus.insert({facts[3], facts[2]}).second) {
+      nccl_obstacle = cat("rank ", r, " shares cuda:", facts[2], " with another rank of the broadcast");
+    }
+  }
+  if (choice == "nccl" && !nccl_obstacle.empty()) {
+    throw InvalidArgumentError("learner.weight_broadcast=nccl needs learner 0 and every actor on a GPU of its own, "
+                               "but " + nccl_obstacle + "; use auto, mpi_messages or mpi_broadcast");
+  }
+  if (choice == "auto" && !nccl_obstacle.empty()) {
+    logger.info("weights go to the actors as MPI messages (" + nccl_obstacle + ")");
+    return nullptr;
+  }
+  KVRL_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, 0, members),
+                 "splitting off learner 0 and the actors");
+  if (!member) return nullptr;
+#ifdef KVRL_HAVE_NCCL
+  if (choice != "mpi_broadcast") {
+    logger.info("weights go to the actors by announced NCCL broadcasts into staging buffers");
+    return std::make_shared<NcclWeightBroadcast>(*members, device);
+  }
+#endif
+  logger.info("weights go to the actors by announced MPI_Ibcast broadcasts into staging buffers");
+  return std::make_shared<MpiWeightBroadcast>(*members);
 }
 
 int exit_code_for(RunEnd end) {
@@ -241,6 +298,14 @@ int run_train(const std::vector<std::string>& args) {
     MpiTransport transport(MPI_COMM_WORLD);
     auto model = std::make_shared<ActorCritic>(setup.model);
     model->to(device.device);
+    MPI_Comm weight_comm = MPI_COMM_NULL;
+    std::shared_ptr<WeightBroadcastTransport> weight_broadcast;
+    try {
+      weight_broadcast = make_weight_broadcast(config, rank == 0 || !is_learner, device.device, &weight_comm, *logger);
+    } catch (const InvalidArgumentError&) {
+      working = false;  // every rank decided alike from the same facts: a refused config (exit 2)
+      throw;
+    }
     const EpisodeCodec codec(setup.spec);
     std::string stats_json;
     if (is_learner) {
@@ -291,6 +356,8 @@ int run_train(const std::vector<std::string>& args) {
       options.config_yaml = config.to_yaml();
       options.max_consecutive_skips = config.max_consecutive_skips;
       options.faults = faults;
+      options.weight_broadcast = weight_broadcast;
+      options.weight_broadcast_timeout_s = config.nccl_timeout_s;
       LearnerLoop loop(options, transport, communicator, learner, codec, logger);
       const LearnerStats stats = loop.run();
       exit_code = exit_code_for(stats.end);
@@ -333,6 +400,8 @@ int run_train(const std::vector<std::string>& args) {
       options.seed = seed;
       options.device = device.device;
       options.faults = faults;
+      options.weight_broadcast = weight_broadcast;
+      options.weight_broadcast_timeout_s = config.nccl_timeout_s;
       ActorLoop loop(options, transport, model, env, codec, logger);
       const ActorStats stats = loop.run();
       exit_code = exit_code_for(stats.end);
@@ -350,6 +419,8 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"corrupt_messages_injected\": ", stats.corrupt_messages_injected, "}");
     }
     write_text(run_dir / cat("rank", rank, ".json"), stats_json + "\n");
+    weight_broadcast.reset();
+    if (weight_comm != MPI_COMM_NULL) MPI_Comm_free(&weight_comm);
     MPI_Comm_free(&learner_comm);
   } catch (const std::exception& error) {
     if (!working && dynamic_cast<const InvalidArgumentError*>(&error)) {

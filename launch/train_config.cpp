@@ -152,7 +152,12 @@ const std::vector<Field>& schema() {
       float_field("learner.allreduce_bucket_mb", [](auto& c) -> auto& { return c.allreduce_bucket_mb; }, 0.001, 4096,
                   "gradients are averaged over the learners in flat buckets of at most this many MiB"),
       float_field("learner.nccl_timeout_s", [](auto& c) -> auto& { return c.nccl_timeout_s; }, 1, 86400,
-                  "GPU learners: an NCCL collective still running after this many seconds stops the run"),
+                  "an NCCL collective of the learners, or a staged weight broadcast, still running after this many seconds stops the run"),
+      string_field("learner.weight_broadcast", [](auto& c) -> auto& { return c.weight_broadcast; },
+                   {"auto", "mpi_messages", "mpi_broadcast", "nccl"},
+                   "how learner 0 sends weights to the actors: auto = nccl when learner 0 and every actor are on "
+                   "GPUs of their own, else mpi_messages (one message per actor); mpi_broadcast and nccl announce "
+                   "each version and broadcast into the actors' staging buffers"),
       string_field("actor.device", [](auto& c) -> auto& { return c.actor_device; }, {},
                    "auto, cpu, cuda or cuda:N, as learner.device: where the policy, its caches and sampling run"),
       int_field("checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1, kMax,

@@ -46,6 +46,7 @@ struct TrainConfig {
   std::string learner_device = "auto";  // auto, cpu, cuda or cuda:N
   double allreduce_bucket_mb = 25;      // gradient buckets of the learners' all-reduce
   double nccl_timeout_s = 300;          // a collective running longer stops the run
+  std::string weight_broadcast = "auto";  // auto, mpi_messages, mpi_broadcast, nccl
   // checkpoint
   int64_t checkpoint_interval_updates = 50;  // learner 0 writes a checkpoint every N updates
   double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first

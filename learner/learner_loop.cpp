@@ -50,6 +50,18 @@ void LearnerLoop::grant_credit(int actor_rank, int64_t steps) {
 }
 
 void LearnerLoop::send_weights() {
+  if (options_.weight_broadcast) {
+    if (!staged_weights_) {
+      staged_weights_ = std::make_unique<StagedWeightSender>(*options_.weight_broadcast,
+                                                             options_.weight_broadcast_timeout_s);
+    }
+    const std::vector<at::Tensor> parameters = learner_.model().parameters();
+    WeightAnnouncement announcement{policy_version_, 0};
+    for (const auto& p : parameters) announcement.parameter_count += p.numel();
+    for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeightsAnnounce, announcement.encode());
+    staged_weights_->start(parameters, policy_version_);
+    return;
+  }
   const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(learner_.model().parameters()));
   for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeights, bytes);
 }
@@ -306,6 +318,7 @@ LearnerStats LearnerLoop::run() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  if (staged_weights_) staged_weights_->finish();  // the actors joined every broadcast before saying done
   transport_.flush();
   // Whatever ended the run, learner 0 saves where it got to, with the episodes dropped at
   // the stop counted: the parameters are finite even after non-finite updates (skipped).

@@ -23,6 +23,7 @@
 #include "common/fault_injection.h"
 #include "common/logger.h"
 #include "common/mpi_transport.h"
+#include "common/staged_weights.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "learner/run_reporter.h"
@@ -48,6 +49,10 @@ struct LearnerLoopOptions {
   int64_t max_consecutive_skips = 3;  // stop after this many non-finite updates in a row
   TrainingProgress resumed;      // where a resumed run starts (zeros for a fresh one)
   FaultPlan faults;
+  // Learner 0: announce weights and broadcast them on this collective (NCCL or
+  // MPI_Ibcast) instead of one message per actor; null = messages.
+  std::shared_ptr<WeightBroadcastTransport> weight_broadcast;
+  double weight_broadcast_timeout_s = 300;
 };
 
 
@@ -109,6 +114,7 @@ class LearnerLoop {
   int64_t last_finite_update_ = 0;
   int stop_requested_by_ = -1;     // the actor rank that asked to stop, or -1
   int64_t checkpointed_update_ = -1;
+  std::unique_ptr<StagedWeightSender> staged_weights_;  // learner 0 with options_.weight_broadcast
   LearnerStats stats_;
 };
 

@@ -148,6 +148,34 @@ TEST(NcclCommunicator, AllReducesAndBroadcastsOnOneRank_NCCL) {
   EXPECT_TRUE(torch::equal(tensors[1], before[1]));
   EXPECT_EQ(communicator.all_reduce_sum(2.5), 2.5);
 }
+
+// The staged weight broadcast's NCCL transport on a one-rank communicator (one GPU can
+// form no other): the sender's broadcasts land in order, and a joined buffer keeps its
+// parameters and version. The receiving protocol is tested on the CPU (staged_weights_test).
+TEST(NcclWeightBroadcast, BroadcastsLandOnOneRank_NCCL) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    MPI_Init(nullptr, nullptr);
+    std::atexit([] { MPI_Finalize(); });
+  }
+  const c10::Device gpu(c10::kCUDA, 0);
+  NcclWeightBroadcast transport(MPI_COMM_SELF, gpu);
+  const std::vector<at::Tensor> parameters = {torch::randn({3, 4}, gpu), torch::randn({5}, gpu)};
+  StagedWeightSender sender(transport, /*timeout_s=*/30);
+  sender.start(parameters, 7);
+  sender.start(parameters, 8);
+  sender.finish();
+  EXPECT_EQ(sender.in_flight(), 0u);
+  const at::Tensor buffer = weights_with_version(parameters, 9);
+  const at::Tensor expected = buffer.clone();
+  auto pending = transport.join(buffer);
+  while (!pending->landed()) {
+  }
+  EXPECT_TRUE(torch::equal(buffer, expected));
+  EXPECT_EQ(version_of_weights(buffer), 9);
+  EXPECT_THROW(transport.join(torch::zeros({4})), InvalidArgumentError);  // not on the GPU
+}
 #endif
 
 }  // namespace

@@ -2,6 +2,7 @@
 learner agreement, a corrupt message, and config errors. Each run is bounded in time."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -58,6 +59,31 @@ def test_two_learners_stay_bit_identical(tmp_path):
     assert first["episodes_used"] > 0 and second["episodes_used"] > 0
     assert first["parameter_checksum"] == second["parameter_checksum"]
     assert actor["episodes_sent_to"][0] > 0 and actor["episodes_sent_to"][1] > 0
+
+
+def test_staged_weight_broadcast_over_mpi_reaches_every_actor(tmp_path):
+    # Learner 1 is not in the broadcast (learner 0 and the actors are); weights every update.
+    result = mpirun(4, f"run.dir={tmp_path}", "learners=2", "run.max_updates=5", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.weight_broadcast=mpi_broadcast")
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second, *actors = stats(tmp_path, 4)
+    assert first["updates"] == second["updates"] == 5
+    assert first["parameter_checksum"] == second["parameter_checksum"]
+    for actor in actors:
+        assert actor["weight_updates_applied"] >= 1, actor
+        assert 1 <= actor["policy_version"] <= 5, actor
+    for rank in (0, 2, 3):
+        log = open(tmp_path / f"rank{rank}.log").read()
+        assert "weights go to the actors by announced MPI_Ibcast broadcasts into staging buffers" in log, rank
+
+
+def test_nccl_weight_broadcast_without_gpus_is_refused_naming_why(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "learner.weight_broadcast=nccl", "learner.device=cpu",
+                    "actor.device=cpu", "actor.credit_steps=4096", timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert re.search(r"learner\.weight_broadcast=nccl needs learner 0 and every actor on a GPU of its own, but "
+                     r"(kvrl was built without NCCL|rank 0 acts or learns on the CPU); use auto, mpi_messages or "
+                     r"mpi_broadcast", result.stderr), result.stderr[-3000:]
 
 
 def test_a_corrupt_episode_is_dropped_counted_and_the_run_goes_on(tmp_path):

@@ -1,0 +1,58 @@
+#include "common/mpi_weight_broadcast.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include "common/errors.h"
+#include "common/mpi_check.h"
+
+namespace kvrl {
+namespace {
+
+class PendingIbcast : public PendingBroadcast {
+ public:
+  PendingIbcast(at::Tensor buffer, MPI_Comm members, bool root)
+      : buffer_(std::move(buffer)), host_(buffer_.to(at::kCPU).contiguous()), root_(root) {
+    KVRL_MPI_CHECK(MPI_Ibcast(host_.data_ptr<float>(), static_cast<int>(host_.numel()), MPI_FLOAT, 0, members, &request_),
+                   "starting a weight broadcast");
+  }
+  ~PendingIbcast() override {
+    // MPI has no way to cancel a collective: an unfinished one is waited for.
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  bool landed() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    KVRL_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "testing a weight broadcast");
+    if (done && !root_ && !buffer_.is_same(host_)) {
+      at::NoGradGuard no_grad;
+      buffer_.copy_(host_);
+    }
+    return done != 0;
+  }
+
+  // The job is going down with an Error; MPI_Abort ends the collective with it.
+  void abandon() override { request_ = MPI_REQUEST_NULL; }
+
+ private:
+  at::Tensor buffer_;
+  at::Tensor host_;  // the buffer itself when it is a contiguous host tensor
+  bool root_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+}  // namespace
+
+MpiWeightBroadcast::MpiWeightBroadcast(MPI_Comm members) : members_(members) {
+  KVRL_MPI_CHECK(MPI_Comm_rank(members_, &rank_), "reading the weight broadcast rank");
+}
+
+std::unique_ptr<PendingBroadcast> MpiWeightBroadcast::join(at::Tensor buffer) {
+  if (buffer.dim() != 1 || buffer.scalar_type() != at::kFloat) {
+    throw InvalidArgumentError("MpiWeightBroadcast::join: expected a 1-d float buffer, got " +
+                               c10::str(buffer.scalar_type(), buffer.sizes()));
+  }
+  return std::make_unique<PendingIbcast>(std::move(buffer), members_, rank_ == 0);
+}
+
+}  // namespace kvrl
