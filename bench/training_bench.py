@@ -13,9 +13,11 @@ grad-norm clip 0.5), on 16 environments per actor, for the same env-step budget.
   mark_weight_update(), so every row restarts its context at the batch boundary on the
   acting side too, and the window path sees the same thing.
 
-Measured: env steps/s and learner updates/s over the whole run (start-up included), and
-the mean return of the last 100 finished episodes as the learning result. Each
-configuration runs once per repeat, alternating which side goes first.
+Measured: env steps/s and learner updates/s over the whole run (start-up included), the
+mean return of the last 100 finished episodes at the end, and the time (and env steps)
+each side needs until that mean first reaches --target-return: the speed at an equal
+learning result. Each configuration runs once per repeat, alternating which side goes
+first.
 
     python bench/training_bench.py --kvrl build/launch/kvrl --steps 100000 \
         --out bench/results/training_bench.json
@@ -50,8 +52,12 @@ def run_kvrl(kvrl, actors, steps, seed):
         if done.returncode != 0:
             raise RuntimeError(f"kvrl failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         learner = json.loads((Path(run_dir) / "rank0.json").read_text())
+        # The learner's clock starts after mpirun has started the ranks; count that too.
+        metrics = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+        start_up = wall - learner["wall_seconds"]
+        curve = [[start_up + m["wall_seconds"], m["env_steps"], m["episode/return_mean"]] for m in metrics]
     return {"env_steps": learner["env_steps"], "updates": learner["updates"], "wall_s": wall,
-            "mean_return": learner["mean_return"]}
+            "mean_return": learner["mean_return"], "curve": curve}
 
 
 def torchrl_worker_env():
@@ -105,6 +111,7 @@ def run_torchrl(actors, steps, seed):
     planned_updates = (steps + STEPS_PER_UPDATE - 1) // STEPS_PER_UPDATE
     recent_returns = []
     env_steps = updates = 0
+    curve = []  # per update: seconds, env steps, mean return of the last 100 episodes
     begin = time.perf_counter()
     for batch in collector:
         # Rows: [streams, time]; a multi-worker batch stacks its workers' streams.
@@ -130,10 +137,11 @@ def run_torchrl(actors, steps, seed):
                     optimizer.step()
         updates += 1
         collector.update_policy_weights_()
+        curve.append([time.perf_counter() - begin, env_steps, sum(recent_returns) / max(1, len(recent_returns))])
     wall = time.perf_counter() - begin
     collector.shutdown()
     return {"env_steps": env_steps, "updates": updates, "wall_s": wall,
-            "mean_return": sum(recent_returns) / max(1, len(recent_returns))}
+            "mean_return": sum(recent_returns) / max(1, len(recent_returns)), "curve": curve}
 
 
 def main():
@@ -143,6 +151,9 @@ def main():
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--target-return", type=float, default=400,
+                        help="the equal learning result: time until the mean return of the last 100 episodes first "
+                             "reaches it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "training_bench.json"))
     parser.add_argument("--torchrl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-actors", type=int, default=1, help=argparse.SUPPRESS)
@@ -182,9 +193,24 @@ def main():
               f"{row['steps_per_s_ratio']:>7.2f}x{row['kvrl_updates'] / row['kvrl_wall_s']:>12.2f}"
               f"{row['torchrl_updates'] / row['torchrl_wall_s']:>15.2f}{row['kvrl_mean_return']:>13.1f}"
               f"{row['torchrl_mean_return']:>16.1f}")
+    target = args.target_return
+    print(f"\nTime to the same learning result: mean return of the last 100 episodes >= {target:g}")
+    print(f"{'setup':<18}{'kvrl s':>9}{'kvrl steps':>12}{'TorchRL s':>11}{'TorchRL steps':>15}{'ratio':>8}")
+    for row in rows:
+        for side in ("kvrl", "torchrl"):
+            reached = next((point for point in row[f"{side}_curve"] if point[2] >= target), None)
+            row[f"{side}_seconds_to_target"] = reached[0] if reached else None
+            row[f"{side}_steps_to_target"] = reached[1] if reached else None
+        kvrl_s, torchrl_s = row["kvrl_seconds_to_target"], row["torchrl_seconds_to_target"]
+        row["time_to_target_ratio"] = torchrl_s / kvrl_s if kvrl_s and torchrl_s else None
+        shown = lambda value, form: "not reached" if value is None else format(value, form)
+        print(f"{'1 learner + ' + str(row['actors']) + ' act':<18}{shown(kvrl_s, '.1f'):>9}"
+              f"{shown(row['kvrl_steps_to_target'], 'd'):>12}{shown(torchrl_s, '.1f'):>11}"
+              f"{shown(row['torchrl_steps_to_target'], 'd'):>15}"
+              f"{shown(row['time_to_target_ratio'], '.2f') + ('x' if row['time_to_target_ratio'] else ''):>8}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": platform.platform(), "cores": os.cpu_count(),
-                                          "steps": args.steps, "rows": rows}, indent=2))
+                                          "steps": args.steps, "target_return": target, "rows": rows}, indent=2))
     print(f"wrote {args.out}")
 
 
