@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "common/autocast_scope.h"
 #include "common/errors.h"
 
 namespace kvrl {
@@ -34,6 +35,29 @@ ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) 
   }
 }
 
+void ActorCritic::set_autocast(std::optional<c10::ScalarType> dtype) {
+  if (dtype && *dtype != at::kBFloat16) {
+    throw InvalidArgumentError(std::string("ActorCritic autocast dtype ") + c10::toString(*dtype) +
+                               " is not supported: use bfloat16, or none for float32");
+  }
+  autocast_ = dtype;
+}
+
+namespace {
+
+// Autocast for the policy's forward passes when one is set (engaged only then).
+class OptionalAutocast {
+ public:
+  OptionalAutocast(std::optional<c10::ScalarType> dtype, c10::DeviceType device_type) {
+    if (dtype) scope_.emplace(device_type, *dtype);
+  }
+
+ private:
+  std::optional<AutocastScope> scope_;
+};
+
+}  // namespace
+
 at::Tensor ActorCritic::context_flags(const at::Tensor& is_init) const {
   return options_.temporal_context ? is_init : at::ones_like(is_init);
 }
@@ -41,10 +65,11 @@ at::Tensor ActorCritic::context_flags(const at::Tensor& is_init) const {
 PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is_init, at::Generator generator,
                             bool greedy) {
   torch::NoGradGuard no_grad;
+  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
   const at::Tensor features = trunk_->step(observations, context_flags(is_init));
-  const at::Tensor policy = policy_head_->forward(features);
+  const at::Tensor policy = policy_head_->forward(features).to(at::kFloat);
   PolicyStep step;
-  step.values = value_head_->forward(features).squeeze(-1);
+  step.values = value_head_->forward(features).squeeze(-1).to(at::kFloat);
   if (options_.discrete) {
     const at::Tensor log_probs = at::log_softmax(policy, -1);
     const at::Tensor index = greedy ? policy.argmax(-1, /*keepdim=*/true)
@@ -62,12 +87,16 @@ PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is
 void ActorCritic::mark_weight_update_keeping_context(const at::Tensor& observations, const at::Tensor& lengths) {
   trunk_->mark_weight_update();
   // Without temporal context every step restarts its stream: there is no context to keep.
-  if (options_.temporal_context) trunk_->prefill(observations, lengths);
+  if (!options_.temporal_context) return;
+  // The steps that follow run under the same autocast, so the rebuilt cache has their dtype.
+  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
+  trunk_->prefill(observations, lengths);
 }
 
 PolicyWindow ActorCritic::evaluate(const at::Tensor& observations, const at::Tensor& is_init) {
+  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
   const at::Tensor features = trunk_->window(observations, context_flags(is_init));
-  return {policy_head_->forward(features), value_head_->forward(features).squeeze(-1)};
+  return {policy_head_->forward(features).to(at::kFloat), value_head_->forward(features).squeeze(-1).to(at::kFloat)};
 }
 
 at::Tensor ActorCritic::log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const {

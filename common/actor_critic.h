@@ -11,6 +11,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <memory>
+#include <optional>
 
 #include "common/transformer_module.h"
 
@@ -59,6 +60,13 @@ class ActorCritic : public torch::nn::Module {
   // After new weights: discards the cache, then rebuilds it from each stream's steps so far
   // in its episode (observations [B, T, O], lengths [B]), so streams keep their context.
   void mark_weight_update_keeping_context(const at::Tensor& observations, const at::Tensor& lengths);
+  // Runs act(), evaluate() and the context rebuild under autocast to `dtype` on the
+  // parameters' device, with the heads' outputs back in float32 for sampling and the
+  // losses; nullopt: float32 throughout. As in the reference, the cached path's
+  // key/value cache then takes the autocast dtype. Only bfloat16 is accepted (float16
+  // would need loss scaling in training); throws InvalidArgumentError otherwise.
+  void set_autocast(std::optional<c10::ScalarType> dtype);
+  std::optional<c10::ScalarType> autocast() const { return autocast_; }
   TransformerModule& trunk() { return *trunk_; }
   const ActorCriticOptions& options() const { return options_; }
   int64_t action_size() const { return options_.discrete ? 1 : options_.num_outputs; }
@@ -72,6 +80,7 @@ class ActorCritic : public torch::nn::Module {
   torch::nn::Linear policy_head_{nullptr};
   torch::nn::Linear value_head_{nullptr};
   at::Tensor log_std_;  // [num_outputs], Gaussian only
+  std::optional<c10::ScalarType> autocast_;
 };
 
 }  // namespace kvrl

@@ -298,6 +298,11 @@ int run_train(const std::vector<std::string>& args) {
     MpiTransport transport(MPI_COMM_WORLD);
     auto model = std::make_shared<ActorCritic>(setup.model);
     model->to(device.device);
+    if ((is_learner ? config.learner_autocast : config.actor_autocast) == "bfloat16") {
+      model->set_autocast(at::kBFloat16);
+      logger->info(cat(is_learner ? "the window forward runs" : "steps and caches run", " under bfloat16 autocast on ",
+                       device.device.str()));
+    }
     MPI_Comm weight_comm = MPI_COMM_NULL;
     std::shared_ptr<WeightBroadcastTransport> weight_broadcast;
     try {

@@ -158,6 +158,12 @@ const std::vector<Field>& schema() {
                    "how learner 0 sends weights to the actors: auto = nccl when learner 0 and every actor are on "
                    "GPUs of their own, else mpi_messages (one message per actor); mpi_broadcast and nccl announce "
                    "each version and broadcast into the actors' staging buffers"),
+      string_field("learner.autocast", [](auto& c) -> auto& { return c.learner_autocast; }, {"none", "bfloat16"},
+                   "bfloat16: the learner's window forward runs under autocast (losses, gradients and Adam stay "
+                   "float32); fast on GPUs and CPUs with bf16 units, slow on others"),
+      string_field("actor.autocast", [](auto& c) -> auto& { return c.actor_autocast; }, {"none", "bfloat16"},
+                   "bfloat16: actors step under autocast and keep their key/value caches in bf16 (half the "
+                   "memory and cache reads), as the reference does under torch.autocast"),
       string_field("actor.device", [](auto& c) -> auto& { return c.actor_device; }, {},
                    "auto, cpu, cuda or cuda:N, as learner.device: where the policy, its caches and sampling run"),
       int_field("checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1, kMax,

@@ -47,6 +47,8 @@ struct TrainConfig {
   double allreduce_bucket_mb = 25;      // gradient buckets of the learners' all-reduce
   double nccl_timeout_s = 300;          // a collective running longer stops the run
   std::string weight_broadcast = "auto";  // auto, mpi_messages, mpi_broadcast, nccl
+  std::string learner_autocast = "none";  // none or bfloat16: the learner's window forward
+  std::string actor_autocast = "none";    // none or bfloat16: the actors' steps and caches
   // checkpoint
   int64_t checkpoint_interval_updates = 50;  // learner 0 writes a checkpoint every N updates
   double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first

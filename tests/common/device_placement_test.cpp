@@ -129,15 +129,20 @@ TEST(ActorCriticOnGpu, CachedStepsMatchTheCpuWithinFloat32Tolerance_CUDA) {
 }
 
 #ifdef KVRL_HAVE_NCCL
-// One GPU can only form a one-rank communicator: this checks the bootstrap over MPI, the
-// buckets and the stream ordering, not the arithmetic of several ranks.
-TEST(NcclCommunicator, AllReducesAndBroadcastsOnOneRank_NCCL) {
+// NCCL is bootstrapped over MPI; the test binary initialises it on first use.
+void initialize_mpi_once() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     MPI_Init(nullptr, nullptr);
     std::atexit([] { MPI_Finalize(); });
   }
+}
+
+// One GPU can only form a one-rank communicator: this checks the bootstrap over MPI, the
+// buckets and the stream ordering, not the arithmetic of several ranks.
+TEST(NcclCommunicator, AllReducesAndBroadcastsOnOneRank_NCCL) {
+  initialize_mpi_once();
   NcclCommunicator communicator(MPI_COMM_SELF, c10::Device(c10::kCUDA, 0), NcclOptions{/*bucket_bytes=*/256, 30});
   EXPECT_EQ(communicator.size(), 1);
   std::vector<at::Tensor> tensors = {torch::randn({100}, torch::kCUDA), torch::randn({3, 50}, torch::kCUDA)};
@@ -153,12 +158,7 @@ TEST(NcclCommunicator, AllReducesAndBroadcastsOnOneRank_NCCL) {
 // form no other): the sender's broadcasts land in order, and a joined buffer keeps its
 // parameters and version. The receiving protocol is tested on the CPU (staged_weights_test).
 TEST(NcclWeightBroadcast, BroadcastsLandOnOneRank_NCCL) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    MPI_Init(nullptr, nullptr);
-    std::atexit([] { MPI_Finalize(); });
-  }
+  initialize_mpi_once();
   const c10::Device gpu(c10::kCUDA, 0);
   NcclWeightBroadcast transport(MPI_COMM_SELF, gpu);
   const std::vector<at::Tensor> parameters = {torch::randn({3, 4}, gpu), torch::randn({5}, gpu)};

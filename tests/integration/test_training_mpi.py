@@ -86,6 +86,18 @@ def test_nccl_weight_broadcast_without_gpus_is_refused_naming_why(tmp_path):
                      r"mpi_broadcast", result.stderr), result.stderr[-3000:]
 
 
+def test_bf16_autocast_on_both_roles_trains_and_says_so(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=3", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.autocast=bfloat16",
+                    "actor.autocast=bfloat16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    learner, actor = stats(tmp_path, 2)
+    assert learner["updates"] == 3 and learner["skipped_updates"] == 0, learner
+    assert actor["weight_updates_applied"] >= 1 and actor["context_steps_rebuilt"] > 0, actor
+    assert "the window forward runs under bfloat16 autocast on cpu" in open(tmp_path / "rank0.log").read()
+    assert "steps and caches run under bfloat16 autocast on cpu" in open(tmp_path / "rank1.log").read()
+
+
 def test_a_corrupt_episode_is_dropped_counted_and_the_run_goes_on(tmp_path):
     result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=4", "learner.steps_per_update=512",
                     "actor.credit_steps=512", "run.total_env_steps=1000000",
