@@ -64,8 +64,13 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   std::string device_name = "cpu";
   std::string json_path = "bench/results/collectives_bench.json";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "kvrl_bench_collectives: %s needs a value\n", flag.c_str());
+      MPI_Finalize();
+      return 2;
+    }
     if (flag == "--device") {
       device_name = argv[i + 1];
     } else if (flag == "--json") {

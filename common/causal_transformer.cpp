@@ -27,7 +27,9 @@ void require_positive(const char* name, int64_t value) {
 
 // Query rows per attention chunk of a masked window: small enough that a 512-token
 // causal window skips most of its upper triangle, large enough that the per-call
-// overhead stays small next to the kernel (measured in bench/transformer_bench.cpp).
+// overhead stays small next to the kernel. From a one-off timing of SDPA forward+backward
+// on this repository's CPU machine ([2, 4 heads, 501, 16], bool block mask): 13.9 ms
+// whole, 10.3 ms in chunks of 64 or 128, 11.7 ms in chunks of 256.
 constexpr int64_t kAttentionQueryChunk = 64;
 
 }  // namespace

@@ -16,8 +16,11 @@ class PendingIbcast : public PendingBroadcast {
                    "starting a weight broadcast");
   }
   ~PendingIbcast() override {
-    // MPI has no way to cancel a collective: an unfinished one is waited for.
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    // The protocol only lets go of broadcasts that landed. One still running here means
+    // the rank is failing (an exception unwinding towards MPI_Abort): waiting could hang
+    // on a dead peer, and MPI can neither cancel nor free a collective's request, so the
+    // buffer MPI may still write is deliberately leaked.
+    if (request_ != MPI_REQUEST_NULL) new at::Tensor(std::move(host_));
   }
 
   bool landed() override {
@@ -31,8 +34,9 @@ class PendingIbcast : public PendingBroadcast {
     return done != 0;
   }
 
-  // The job is going down with an Error; MPI_Abort ends the collective with it.
-  void abandon() override { request_ = MPI_REQUEST_NULL; }
+  // The job is going down with an Error and MPI_Abort ends the collective; the
+  // destructor keeps its buffer alive until then.
+  void abandon() override {}
 
  private:
   at::Tensor buffer_;

@@ -31,6 +31,24 @@ ncclDataType_t nccl_type(c10::ScalarType type) {
   }
 }
 
+// A communicator over the MPI communicator `members`: its rank 0 creates the unique id
+// and broadcasts it over MPI. `purpose` names it in errors.
+ncclComm_t nccl_comm_over_mpi(MPI_Comm members, int rank, int size, const std::string& purpose) {
+  ncclUniqueId id;
+  if (rank == 0) check_nccl(ncclGetUniqueId(&id), "creating the " + purpose + " unique id");
+  KVRL_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, members), "broadcasting the NCCL unique id");
+  ncclComm_t comm = nullptr;
+  check_nccl(ncclCommInitRank(&comm, size, id, rank), "creating the " + purpose + " communicator");
+  return comm;
+}
+
+// The communicator's asynchronous error, or "" when there is none.
+std::string nccl_async_error(ncclComm_t comm) {
+  ncclResult_t async_error = ncclSuccess;
+  check_nccl(ncclCommGetAsyncError(comm, &async_error), "reading the async error");
+  return async_error == ncclSuccess ? std::string() : ncclGetErrorString(async_error);
+}
+
 }  // namespace
 
 struct NcclCommunicator::Impl {
@@ -59,10 +77,7 @@ struct NcclCommunicator::Impl {
     done.record(stream);
     const auto start = std::chrono::steady_clock::now();
     while (!done.query()) {
-      ncclResult_t async_error = ncclSuccess;
-      check_nccl(ncclCommGetAsyncError(comm, &async_error), "reading the async error");
-      std::string problem;
-      if (async_error != ncclSuccess) problem = ncclGetErrorString(async_error);
+      std::string problem = nccl_async_error(comm);
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (problem.empty() && waited > options.timeout_s) {
         problem = "still running after " + std::to_string(options.timeout_s) + " s (learner.nccl_timeout_s)";
@@ -89,10 +104,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm learners, c10::Device device, NcclOp
   KVRL_MPI_CHECK(MPI_Comm_size(learners, &impl_->size), "reading the learner count");
   const c10::cuda::CUDAGuard guard(device);
   impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
-  ncclUniqueId id;
-  if (impl_->rank == 0) check_nccl(ncclGetUniqueId(&id), "creating the unique id");
-  KVRL_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, learners), "broadcasting the NCCL unique id");
-  check_nccl(ncclCommInitRank(&impl_->comm, impl_->size, id, impl_->rank), "creating the learners' communicator");
+  impl_->comm = nccl_comm_over_mpi(learners, impl_->rank, impl_->size, "learners'");
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -141,12 +153,11 @@ struct NcclWeightBroadcast::Impl {
   void check_async(const std::string& operation) {
     if (comm == nullptr) throw Error("NCCL " + operation + " on weight-broadcast rank " + std::to_string(rank) +
                                      ": the communicator was aborted");
-    ncclResult_t async_error = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm, &async_error), "reading the async error");
-    if (async_error != ncclSuccess) {
+    const std::string problem = nccl_async_error(comm);
+    if (!problem.empty()) {
       abort();
       throw Error("NCCL " + operation + " on weight-broadcast rank " + std::to_string(rank) + " (" + device.str() +
-                  ") failed: " + ncclGetErrorString(async_error));
+                  ") failed: " + problem);
     }
   }
   void abort() {
@@ -196,10 +207,7 @@ NcclWeightBroadcast::NcclWeightBroadcast(MPI_Comm members, c10::Device device) :
   impl_->device = device;
   const c10::cuda::CUDAGuard guard(device);
   impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  ncclUniqueId id;
-  if (impl_->rank == 0) check_nccl(ncclGetUniqueId(&id), "creating the weight-broadcast unique id");
-  KVRL_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, members), "broadcasting the NCCL unique id");
-  check_nccl(ncclCommInitRank(&impl_->comm, size, id, impl_->rank), "creating the weight-broadcast communicator");
+  impl_->comm = nccl_comm_over_mpi(members, impl_->rank, size, "weight-broadcast");
 }
 
 NcclWeightBroadcast::~NcclWeightBroadcast() {

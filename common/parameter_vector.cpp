@@ -29,11 +29,20 @@ void assign_parameters(std::span<const float> values, std::vector<at::Tensor>& p
     throw InvalidArgumentError("assign_parameters: " + std::to_string(values.size()) + " values for " +
                                std::to_string(numel) + " parameter elements");
   }
+  assign_parameters(at::from_blob(const_cast<float*>(values.data()), {numel}, at::kFloat), parameters);
+}
+
+void assign_parameters(const at::Tensor& flat, std::vector<at::Tensor>& parameters) {
+  int64_t numel = 0;
+  for (const auto& p : parameters) numel += p.numel();
+  if (flat.dim() != 1 || flat.numel() < numel) {
+    throw InvalidArgumentError("assign_parameters: a vector of " + c10::str(flat.sizes()) + " for " +
+                               std::to_string(numel) + " parameter elements");
+  }
   at::NoGradGuard no_grad;
-  const at::Tensor all = at::from_blob(const_cast<float*>(values.data()), {numel}, at::kFloat);
   int64_t offset = 0;
   for (auto& p : parameters) {
-    p.copy_(all.narrow(0, offset, p.numel()).view(p.sizes()));
+    p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
     offset += p.numel();
   }
 }

@@ -6,8 +6,10 @@
 #include <ATen/ops/from_blob.h>
 
 #include <cstring>
+#include <thread>
 
 #include "common/errors.h"
+#include "common/parameter_vector.h"
 
 namespace kvrl {
 namespace {
@@ -92,7 +94,11 @@ void StagedWeightSender::start(const std::vector<at::Tensor>& parameters, int64_
 }
 
 void StagedWeightSender::finish() {
-  while (!pending_.empty()) release_landed();
+  while (true) {
+    release_landed();
+    if (pending_.empty()) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 StagedWeightReceiver::StagedWeightReceiver(WeightBroadcastTransport& transport, int64_t parameter_count,
@@ -141,12 +147,7 @@ std::optional<int64_t> StagedWeightReceiver::poll(std::vector<at::Tensor>& param
                 "; the actors and learner 0 disagree on the order of broadcasts");
   }
   if (landed <= current_version) return std::nullopt;
-  at::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (auto& p : parameters) {
-    p.copy_(staging_.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
+  assign_parameters(staging_, parameters);
   return landed;
 }
 

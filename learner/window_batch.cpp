@@ -12,10 +12,6 @@
 
 namespace kvrl {
 
-double WindowBatch::packing_efficiency() const {
-  return computed_tokens ? static_cast<double>(step_tokens) / static_cast<double>(computed_tokens) : 0.0;
-}
-
 WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens) {
   if (episodes.empty()) throw InvalidArgumentError("pack_windows needs at least one episode");
   const int64_t obs_size = episodes.front().observation_size;
@@ -77,13 +73,11 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
       reward[base + t] = e.rewards[t];
       logp[base + t] = e.behaviour_log_probs[t];
     }
-    batch.step_tokens += e.length();
   }
   batch.row_tokens = std::move(row_used);
   batch.row_steps.assign(batch.row_tokens.size(), 0);
   for (const EpisodeSlot& slot : slots) batch.row_steps[static_cast<size_t>(slot.row)] += slot.length;
   batch.slots = std::move(slots);
-  batch.computed_tokens = rows * width;
   return batch;
 }
 

@@ -29,11 +29,6 @@ struct WindowBatch {
   std::vector<EpisodeSlot> slots;
   std::vector<int64_t> row_tokens;  // per row: tokens before its padding
   std::vector<int64_t> row_steps;   // per row: real steps
-  int64_t step_tokens = 0;      // real steps
-  int64_t computed_tokens = 0;  // B * T
-
-  // Real step tokens over computed tokens.
-  double packing_efficiency() const;
   int64_t rows() const { return observations.size(0); }
   // The batch with its tensors on `device` (the learner's); a no-op move when they are there.
   WindowBatch to(c10::Device device) &&;

@@ -17,7 +17,8 @@ TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
   const WindowBatch batch = pack_windows({episode_of_length(3), episode_of_length(9), episode_of_length(5)}, 16);
   EXPECT_EQ(batch.width(), 10);  // the longest episode plus its final token
   EXPECT_EQ(batch.rows(), 2);
-  EXPECT_DOUBLE_EQ(batch.packing_efficiency(), 17.0 / 20.0);
+  EXPECT_EQ(batch.row_tokens, (std::vector<int64_t>{10, 10}));  // 17 steps and 3 final tokens
+  EXPECT_EQ(batch.row_steps, (std::vector<int64_t>{9, 8}));
   EXPECT_TRUE(batch.is_init.select(1, 0).all().item<bool>());
   EXPECT_EQ(batch.step_mask.sum().item<int64_t>(), 17);
   const EpisodeSlot& nine = batch.slots[1];
