@@ -6,9 +6,22 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <vector>
 
 namespace kvrl {
+
+// A mean over the learners that start_all_reduce_mean() has started and wait() completes.
+class PendingReduction {
+ public:
+  virtual ~PendingReduction() = default;
+  // Lets the transport move the reduction along without blocking (MPI advances a
+  // non-blocking collective only inside MPI calls); returns whether it has finished.
+  virtual bool progress() { return true; }
+  // Blocks until the buffer holds the mean over members. Throws as the blocking
+  // collective does.
+  virtual void wait() = 0;
+};
 
 class Communicator {
  public:
@@ -21,6 +34,15 @@ class Communicator {
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
   // Sum of one number over members (counters, error flags).
   virtual double all_reduce_sum(double value) = 0;
+  // Starts replacing the 1-d buffer `flat` by its mean over members, bit-identical on every
+  // member; the buffer must stay untouched until wait() returns. Members start their
+  // buffers in the same order, and may start several before waiting. The default runs
+  // all_reduce_mean at once.
+  virtual std::unique_ptr<PendingReduction> start_all_reduce_mean(at::Tensor flat);
+  // Whether start_all_reduce_mean may be called from a thread other than the one that
+  // made the communicator (autograd runs a GPU backward on threads of its own); MPI is
+  // initialised for one calling thread only.
+  virtual bool starts_on_any_thread() const { return false; }
 };
 
 class LocalCommunicator : public Communicator {

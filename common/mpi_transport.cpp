@@ -1,5 +1,6 @@
 #include "common/mpi_transport.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty_like.h>
 #include <unistd.h>
 
@@ -109,6 +110,64 @@ void MpiCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
                    "broadcasting parameters from learner " + std::to_string(root));
     unflatten_bucket(buffer, bucket, tensors);
   }
+}
+
+namespace {
+
+// The reduce half of a mean runs while the caller goes on (backward); the broadcast half
+// runs in wait(). Both halves are rooted at learner 0, as in all_reduce_mean, so every
+// learner gets learner 0's sum.
+class PendingMpiReduction : public PendingReduction {
+ public:
+  PendingMpiReduction(at::Tensor flat, MPI_Comm comm, int size)
+      : flat_(std::move(flat)),
+        host_(flat_.to(at::kCPU, at::kFloat).contiguous()),
+        sum_(at::empty_like(host_)),
+        comm_(comm),
+        size_(size) {
+    KVRL_MPI_CHECK(MPI_Ireduce(host_.data_ptr<float>(), sum_.data_ptr<float>(), count(), MPI_FLOAT, MPI_SUM, 0, comm_,
+                               &request_),
+                   "starting to reduce gradients to learner 0");
+  }
+  ~PendingMpiReduction() override {
+    // An unfinished reduction here means the rank is unwinding from an error towards
+    // MPI_Abort; MPI can neither cancel nor free a collective's request, so the buffers
+    // MPI may still read and write are deliberately leaked.
+    if (request_ != MPI_REQUEST_NULL) {
+      new at::Tensor(host_);
+      new at::Tensor(sum_);
+    }
+  }
+
+  bool progress() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    KVRL_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "reducing gradients to learner 0");
+    return done != 0;
+  }
+
+  void wait() override {
+    KVRL_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE), "reducing gradients to learner 0");
+    KVRL_MPI_CHECK(MPI_Bcast(sum_.data_ptr<float>(), count(), MPI_FLOAT, 0, comm_), "broadcasting summed gradients");
+    sum_.div_(static_cast<double>(size_));
+    at::NoGradGuard no_grad;
+    flat_.copy_(sum_);
+  }
+
+ private:
+  int count() const { return static_cast<int>(host_.numel()); }
+
+  at::Tensor flat_, host_, sum_;
+  MPI_Comm comm_;
+  int size_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingReduction> MpiCommunicator::start_all_reduce_mean(at::Tensor flat) {
+  if (size_ == 1) return Communicator::start_all_reduce_mean(std::move(flat));
+  return std::make_unique<PendingMpiReduction>(std::move(flat), comm_, size_);
 }
 
 double MpiCommunicator::all_reduce_sum(double value) {

@@ -75,6 +75,8 @@ class MpiCommunicator : public Communicator {
   void all_reduce_mean(std::vector<at::Tensor>& tensors) override;
   void broadcast(std::vector<at::Tensor>& tensors, int root) override;
   double all_reduce_sum(double value) override;
+  // MPI_Ireduce to learner 0 now; the broadcast of the sum back in wait().
+  std::unique_ptr<PendingReduction> start_all_reduce_mean(at::Tensor flat) override;
 
  private:
   MPI_Comm comm_;

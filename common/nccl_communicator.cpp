@@ -60,14 +60,14 @@ struct NcclCommunicator::Impl {
   int size = 1;
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true);
 
-  // Enqueues `enqueue` on the collective stream after the current stream's work, then
-  // waits for it while watching for NCCL errors and the timeout.
+  // Enqueues `enqueue` on the collective stream after the work already queued on the
+  // calling thread's current stream, in one NCCL group; returns the event of its completion.
   template <typename Enqueue>
-  void run(const std::string& operation, std::vector<at::Tensor>& buffers, Enqueue enqueue) {
+  at::cuda::CUDAEvent enqueue_after_current(const std::string& operation, std::vector<at::Tensor>& buffers,
+                                            Enqueue enqueue) {
     const c10::cuda::CUDAGuard guard(device);
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
     at::cuda::CUDAEvent produced;
-    produced.record(current);
+    produced.record(c10::cuda::getCurrentCUDAStream(device.index()));
     produced.block(stream);
     for (auto& buffer : buffers) buffer.record_stream(stream);  // the allocator must not reuse them early
     check_nccl(ncclGroupStart(), operation + " (group start)");
@@ -75,24 +75,61 @@ struct NcclCommunicator::Impl {
     check_nccl(ncclGroupEnd(), operation + " (group end)");
     at::cuda::CUDAEvent done;
     done.record(stream);
+    return done;
+  }
+
+  // Waits for `done` while watching for NCCL errors and the timeout, then orders the
+  // calling thread's current stream after it.
+  void await(const std::string& operation, at::cuda::CUDAEvent& done) {
+    const c10::cuda::CUDAGuard guard(device);
     const auto start = std::chrono::steady_clock::now();
     while (!done.query()) {
-      std::string problem = nccl_async_error(comm);
+      std::string problem = comm == nullptr ? "the communicator was aborted" : nccl_async_error(comm);
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (problem.empty() && waited > options.timeout_s) {
         problem = "still running after " + std::to_string(options.timeout_s) + " s (learner.nccl_timeout_s)";
       }
       if (!problem.empty()) {
-        ncclCommAbort(comm);  // unblocks this rank's kernels; the job goes down with the Error
+        if (comm != nullptr) ncclCommAbort(comm);  // unblocks this rank's kernels; the job goes down with the Error
         comm = nullptr;
         throw Error("NCCL " + operation + " on learner rank " + std::to_string(rank) + " (" + device.str() +
                     ") failed: " + problem);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    done.block(current);
+    done.block(c10::cuda::getCurrentCUDAStream(device.index()));
+  }
+
+  template <typename Enqueue>
+  void run(const std::string& operation, std::vector<at::Tensor>& buffers, Enqueue enqueue) {
+    at::cuda::CUDAEvent done = enqueue_after_current(operation, buffers, enqueue);
+    await(operation, done);
+  }
+
+  void all_reduce_in_place(at::Tensor& buffer) {
+    check_nccl(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), nccl_type(buffer.scalar_type()),
+                             ncclAvg, comm, stream.stream()),
+               "all-reduce");
   }
 };
+
+namespace {
+
+// One bucket's all-reduce, enqueued on the collective stream when backward produced it.
+class PendingNcclReduction : public PendingReduction {
+ public:
+  PendingNcclReduction(NcclCommunicator::Impl& impl, std::string operation, at::cuda::CUDAEvent done)
+      : impl_(impl), operation_(std::move(operation)), done_(std::move(done)) {}
+  bool progress() override { return done_.query(); }
+  void wait() override { impl_.await(operation_, done_); }
+
+ private:
+  NcclCommunicator::Impl& impl_;
+  std::string operation_;
+  at::cuda::CUDAEvent done_;
+};
+
+}  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm learners, c10::Device device, NcclOptions options)
     : impl_(std::make_unique<Impl>()) {
@@ -119,11 +156,8 @@ void NcclCommunicator::all_reduce_mean(std::vector<at::Tensor>& tensors) {
   const std::vector<TensorBucket> buckets = plan_buckets(tensors, impl_->options.bucket_bytes);
   std::vector<at::Tensor> flat;
   for (const TensorBucket& bucket : buckets) flat.push_back(flatten_bucket(bucket, tensors));
-  impl_->run("all-reduce of " + std::to_string(buckets.size()) + " gradient bucket(s)", flat, [&](at::Tensor& buffer) {
-    check_nccl(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), nccl_type(buffer.scalar_type()),
-                             ncclAvg, impl_->comm, impl_->stream.stream()),
-               "all-reduce");
-  });
+  impl_->run("all-reduce of " + std::to_string(buckets.size()) + " gradient bucket(s)", flat,
+              [&](at::Tensor& buffer) { impl_->all_reduce_in_place(buffer); });
   for (size_t i = 0; i < buckets.size(); ++i) unflatten_bucket(flat[i], buckets[i], tensors);
 }
 
@@ -141,6 +175,14 @@ void NcclCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
 }
 
 double NcclCommunicator::all_reduce_sum(double value) { return impl_->scalars->all_reduce_sum(value); }
+
+std::unique_ptr<PendingReduction> NcclCommunicator::start_all_reduce_mean(at::Tensor flat) {
+  std::vector<at::Tensor> buffers{std::move(flat)};
+  const std::string operation = "all-reduce of a " + std::to_string(buffers[0].numel()) + "-element gradient bucket";
+  at::cuda::CUDAEvent done =
+      impl_->enqueue_after_current(operation, buffers, [&](at::Tensor& buffer) { impl_->all_reduce_in_place(buffer); });
+  return std::make_unique<PendingNcclReduction>(*impl_, operation, std::move(done));
+}
 
 struct NcclWeightBroadcast::Impl {
   c10::Device device = c10::Device(c10::kCUDA, 0);

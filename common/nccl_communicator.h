@@ -41,9 +41,14 @@ class NcclCommunicator : public Communicator {
   void all_reduce_mean(std::vector<at::Tensor>& tensors) override;
   void broadcast(std::vector<at::Tensor>& tensors, int root) override;
   double all_reduce_sum(double value) override;
+  // Enqueued on the collective stream after the calling thread's current stream, so a
+  // backward thread may start a bucket as soon as its gradients are queued.
+  std::unique_ptr<PendingReduction> start_all_reduce_mean(at::Tensor flat) override;
+  bool starts_on_any_thread() const override { return true; }
+
+  struct Impl;  // public so that its pending reductions can name it
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

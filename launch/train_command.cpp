@@ -79,7 +79,7 @@ int64_t newest_checkpoint_update(const std::string& dir) {
 // host. A collective over the learners.
 std::shared_ptr<Communicator> make_learner_communicator(MPI_Comm learners, c10::Device device, const TrainConfig& config,
                                                         Logger& logger) {
-  const int64_t bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(config.allreduce_bucket_mb * (1 << 20)));
+  const int64_t bucket_bytes = config.allreduce_bucket_bytes();
   int on_gpu = device.is_cuda() ? 1 : 0, all_on_gpu = 0, any_on_gpu = 0;
   KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &all_on_gpu, 1, MPI_INT, MPI_MIN, learners), "comparing the learners' devices");
   KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &any_on_gpu, 1, MPI_INT, MPI_MAX, learners), "comparing the learners' devices");
@@ -286,8 +286,9 @@ int run_train(const std::vector<std::string>& args) {
         write_text(role_map, lines);
       }
     }
-    // Ranks share the cores of a node: one intra-op thread each.
-    at::set_num_threads(1);
+    // Ranks share the cores of a node: the config says how many intra-op threads each role
+    // gets (one by default), whatever OMP_NUM_THREADS says.
+    at::set_num_threads(static_cast<int>(is_learner ? config.learner_threads : config.actor_threads));
     torch::manual_seed(config.seed);
 
     MPI_Comm learner_comm = MPI_COMM_NULL;
@@ -375,6 +376,8 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"mean_return\": ", stats.mean_return, ", \"wall_seconds\": ", stats.wall_seconds,
                        ", \"resumed_from_update\": ", options.resumed.updates,
                        ", \"skipped_updates\": ", stats.skipped_updates, ", \"exit_code\": ", exit_code,
+                       ", \"allreduce_buckets\": {\"started\": ", learner.allreduce_buckets(),
+                       ", \"during_backward\": ", learner.allreduce_buckets_during_backward(), "}",
                        ", \"last_checkpoint\": \"", stats.last_checkpoint, "\"",
                        ", \"parameter_checksum\": \"", stats.parameter_checksum, "\"}");
       if (rank == 0) {

@@ -151,6 +151,9 @@ const std::vector<Field>& schema() {
                    "auto (a GPU by local rank when there is one, else CPU), cpu, cuda or cuda:N; no usable GPU: CPU, logged"),
       float_field("learner.allreduce_bucket_mb", [](auto& c) -> auto& { return c.allreduce_bucket_mb; }, 0.001, 4096,
                   "gradients are averaged over the learners in flat buckets of at most this many MiB"),
+      bool_field("learner.overlap_allreduce", [](auto& c) -> auto& { return c.learner.overlap_allreduce; },
+                 "start each bucket's all-reduce as soon as backward has produced its gradients (true) or "
+                 "all of them after backward (false)"),
       float_field("learner.nccl_timeout_s", [](auto& c) -> auto& { return c.nccl_timeout_s; }, 1, 86400,
                   "an NCCL collective of the learners, or a staged weight broadcast, still running after this many seconds stops the run"),
       string_field("learner.weight_broadcast", [](auto& c) -> auto& { return c.weight_broadcast; },
@@ -164,6 +167,11 @@ const std::vector<Field>& schema() {
       string_field("actor.autocast", [](auto& c) -> auto& { return c.actor_autocast; }, {"none", "bfloat16"},
                    "bfloat16: actors step under autocast and keep their key/value caches in bf16 (half the "
                    "memory and cache reads), as the reference does under torch.autocast"),
+      int_field("learner.threads", [](auto& c) -> auto& { return c.learner_threads; }, 1, 256,
+                "intra-op threads of each learner rank; ranks share a node's cores, so the threads of all "
+                "ranks on a node should not exceed its cores"),
+      int_field("actor.threads", [](auto& c) -> auto& { return c.actor_threads; }, 1, 256,
+                "intra-op threads of each actor rank (as learner.threads)"),
       string_field("actor.device", [](auto& c) -> auto& { return c.actor_device; }, {},
                    "auto, cpu, cuda or cuda:N, as learner.device: where the policy, its caches and sampling run"),
       int_field("checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1, kMax,
@@ -255,7 +263,12 @@ LearnerOptions TrainConfig::learner_options() const {
   LearnerOptions options = learner;
   options.planned_updates = (total_env_steps + steps_per_update - 1) / steps_per_update;
   if (max_updates > 0) options.planned_updates = std::min(options.planned_updates, max_updates);
+  options.allreduce_bucket_bytes = allreduce_bucket_bytes();
   return options;
+}
+
+int64_t TrainConfig::allreduce_bucket_bytes() const {
+  return std::max<int64_t>(1, static_cast<int64_t>(allreduce_bucket_mb * (1 << 20)));
 }
 
 TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {

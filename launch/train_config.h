@@ -49,6 +49,8 @@ struct TrainConfig {
   std::string weight_broadcast = "auto";  // auto, mpi_messages, mpi_broadcast, nccl
   std::string learner_autocast = "none";  // none or bfloat16: the learner's window forward
   std::string actor_autocast = "none";    // none or bfloat16: the actors' steps and caches
+  int64_t learner_threads = 1;  // intra-op threads of a learner rank
+  int64_t actor_threads = 1;    // intra-op threads of an actor rank
   // checkpoint
   int64_t checkpoint_interval_updates = 50;  // learner 0 writes a checkpoint every N updates
   double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first
@@ -60,6 +62,7 @@ struct TrainConfig {
 
   // The learner's options with planned_updates derived from the run's budget.
   LearnerOptions learner_options() const;
+  int64_t allreduce_bucket_bytes() const;  // allreduce_bucket_mb in bytes, at least 1
 
   // Parses YAML text, then applies `overrides` ("key=value"). Throws InvalidArgumentError
   // naming the key on an unknown key, a wrong type or a value out of range.

@@ -32,6 +32,7 @@ void validate(const LearnerOptions& o) {
   if (o.minibatches < 1) fail("minibatches must be >= 1");
   if (o.max_grad_norm < 0 || o.value_clip < 0) fail("max_grad_norm and value_clip must be >= 0");
   if (!(o.rho_bar > 0 && o.c_bar > 0)) fail("rho_bar and c_bar must be > 0");
+  if (o.allreduce_bucket_bytes < 1) fail("allreduce_bucket_bytes must be >= 1");
 }
 
 // Mean of `values` over the true entries of `mask`.
@@ -58,6 +59,9 @@ Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std
       communicator_(std::move(communicator)),
       optimizer_(parameter_list(*model_), torch::optim::AdamOptions(options_.learning_rate).eps(1e-5)) {
   validate(options_);
+  if (options_.overlap_allreduce && communicator_->size() > 1) {
+    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), communicator_, options_.allreduce_bucket_bytes);
+  }
 }
 
 c10::Device Learner::device() const { return model_->parameters().front().device(); }
@@ -70,13 +74,21 @@ void Learner::synchronize_parameters() {
 
 double Learner::step_optimizer(const at::Tensor& loss) {
   optimizer_.zero_grad();
-  loss.backward();
-  std::vector<at::Tensor> grads;
-  for (auto& parameter : model_->parameters()) {
-    if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
-    grads.push_back(parameter.grad());
+  if (reducer_) {
+    reducer_->prepare();
+    loss.backward();
+    reducer_->finish();
+    allreduce_buckets_ += static_cast<int64_t>(reducer_->bucket_count());
+    allreduce_buckets_during_backward_ += static_cast<int64_t>(reducer_->buckets_started_during_backward());
+  } else {
+    loss.backward();
+    std::vector<at::Tensor> grads;
+    for (auto& parameter : model_->parameters()) {
+      if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
+      grads.push_back(parameter.grad());
+    }
+    communicator_->all_reduce_mean(grads);
   }
-  communicator_->all_reduce_mean(grads);
   // Every learner must skip together: a loss that is not finite on one learner counts for
   // all, and the averaged gradient is the same everywhere.
   const bool loss_finite = loss.isfinite().item<bool>();

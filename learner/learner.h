@@ -14,6 +14,7 @@
 #include "common/actor_critic.h"
 #include "common/communicator.h"
 #include "common/episode.h"
+#include "learner/gradient_reducer.h"
 
 namespace kvrl {
 
@@ -40,6 +41,10 @@ struct LearnerOptions {
   double value_coef = 0.5;
   double rho_bar = 1.0;           // V-trace, and decoupled PPO's behaviour correction
   double c_bar = 1.0;             // V-trace
+  // Gradients are averaged over the learners in flat buckets of at most this many bytes,
+  // each started while backward still runs (overlap_allreduce), or all after it.
+  int64_t allreduce_bucket_bytes = int64_t{25} << 20;
+  bool overlap_allreduce = true;
 };
 
 struct UpdateStats {
@@ -71,6 +76,10 @@ class Learner {
   torch::optim::Adam& optimizer() { return optimizer_; }
   // Sets the update count a checkpoint was taken at (it drives the learning-rate schedule).
   void restore_update_count(int64_t updates) { updates_ = updates; }
+  // Gradient buckets this learner has all-reduced with overlap_allreduce, and how many of
+  // them started while backward was still running.
+  int64_t allreduce_buckets() const { return allreduce_buckets_; }
+  int64_t allreduce_buckets_during_backward() const { return allreduce_buckets_during_backward_; }
   // Fault injection for tests: the next update's loss is NaN on this learner.
   void inject_nonfinite_loss_next_update() { inject_nonfinite_loss_ = true; }
 
@@ -89,7 +98,10 @@ class Learner {
   LearnerOptions options_;
   std::shared_ptr<Communicator> communicator_;
   torch::optim::Adam optimizer_;
+  std::unique_ptr<GradientReducer> reducer_;  // with overlap_allreduce and more than one learner
   int64_t updates_ = 0;
+  int64_t allreduce_buckets_ = 0;
+  int64_t allreduce_buckets_during_backward_ = 0;
   bool skipped_this_update_ = false;
   bool inject_nonfinite_loss_ = false;
 };

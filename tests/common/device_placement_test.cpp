@@ -11,6 +11,7 @@
 #include "common/gradient_buckets.h"
 #ifdef KVRL_HAVE_NCCL
 #include "common/nccl_communicator.h"
+#include "tests/mpi_once.h"
 #endif
 
 namespace kvrl {
@@ -130,14 +131,7 @@ TEST(ActorCriticOnGpu, CachedStepsMatchTheCpuWithinFloat32Tolerance_CUDA) {
 
 #ifdef KVRL_HAVE_NCCL
 // NCCL is bootstrapped over MPI; the test binary initialises it on first use.
-void initialize_mpi_once() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    MPI_Init(nullptr, nullptr);
-    std::atexit([] { MPI_Finalize(); });
-  }
-}
+using test_support::initialize_mpi_once;
 
 // One GPU can only form a one-rank communicator: this checks the bootstrap over MPI, the
 // buckets and the stream ordering, not the arithmetic of several ranks.

@@ -50,12 +50,22 @@ def test_restarting_contexts_instead_is_a_config_choice(tmp_path):
     assert actor["context_steps_rebuilt"] == 0, actor
 
 
-def test_two_learners_stay_bit_identical(tmp_path):
+@pytest.mark.parametrize("overlap", ["true", "false"])
+def test_two_learners_stay_bit_identical(tmp_path, overlap):
+    # Buckets of 20 KiB: the model's ~400 KB of gradients go out in many of them.
     result = mpirun(3, f"run.dir={tmp_path}", "learners=2", "run.max_updates=5", "learner.steps_per_update=512",
-                    "actor.credit_steps=512", "run.total_env_steps=1000000")
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.allreduce_bucket_mb=0.02",
+                    f"learner.overlap_allreduce={overlap}")
     assert result.returncode == 0, result.stderr[-3000:]
     first, second, actor = stats(tmp_path, 3)
     assert first["updates"] == second["updates"] == 5
+    for learner in (first, second):
+        buckets = learner["allreduce_buckets"]
+        if overlap == "true":
+            # Every gradient is produced in backward, so every bucket starts during it.
+            assert buckets["started"] > 5 and buckets["during_backward"] == buckets["started"], buckets
+        else:
+            assert buckets == {"started": 0, "during_backward": 0}, buckets
     assert first["episodes_used"] > 0 and second["episodes_used"] > 0
     assert first["parameter_checksum"] == second["parameter_checksum"]
     assert actor["episodes_sent_to"][0] > 0 and actor["episodes_sent_to"][1] > 0

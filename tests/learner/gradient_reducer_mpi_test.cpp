@@ -1,0 +1,105 @@
+// Run by CTest under mpiexec with two ranks (tests/CMakeLists.txt): the overlapped
+// gradient all-reduce over real MPI against the blocking one.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/mpi_transport.h"
+#include "learner/gradient_reducer.h"
+#include "tests/mpi_once.h"
+
+namespace kvrl {
+namespace {
+
+using test_support::initialize_mpi_once;
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// Whether every rank holds bitwise the same tensor.
+bool identical_on_every_rank(const at::Tensor& tensor) {
+  at::Tensor mine = tensor.contiguous();
+  at::Tensor root = mine.clone();
+  MPI_Bcast(root.data_ptr<float>(), static_cast<int>(root.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  int same = torch::equal(mine, root) ? 1 : 0, all_same = 0;
+  MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all_same == 1;
+}
+
+// A few layers with data that differs by rank, as learners' minibatches do.
+struct RankNet {
+  std::vector<at::Tensor> layers;
+  explicit RankNet(int64_t width) {
+    torch::manual_seed(7);  // the same weights on every rank
+    for (int i = 0; i < 4; ++i) layers.push_back(torch::randn({width, width}).div_(8).requires_grad_());
+  }
+  void backward(int rank) const {
+    torch::manual_seed(100 + rank);
+    at::Tensor h = torch::randn({16, layers.front().size(0)});
+    for (const auto& w : layers) h = torch::tanh(h.matmul(w));
+    h.pow(2).sum().backward();
+  }
+  std::vector<at::Tensor> grads() const {
+    std::vector<at::Tensor> g;
+    for (const auto& w : layers) g.push_back(w.grad().clone());
+    return g;
+  }
+  void zero() {
+    for (auto& w : layers) w.mutable_grad() = at::Tensor();
+  }
+};
+
+TEST(GradientReducerOverMpi, MatchesTheBlockingAllReduceAndIsBitIdentical_MPI) {
+  initialize_mpi_once();
+  const int rank = world_rank();
+  auto communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, /*bucket_bytes=*/64 * 64 * 4);
+  ASSERT_EQ(communicator->size(), 2);
+  RankNet net(64);
+
+  net.backward(rank);
+  std::vector<at::Tensor> blocking = net.grads();
+  communicator->all_reduce_mean(blocking);
+  net.zero();
+
+  GradientReducer reducer(net.layers, communicator, 64 * 64 * 4);
+  ASSERT_EQ(reducer.bucket_count(), 4u);
+  reducer.prepare();
+  net.backward(rank);
+  EXPECT_EQ(reducer.buckets_started_during_backward(), 4u);
+  reducer.finish();
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const at::Tensor& overlapped = net.layers[i].grad();
+    EXPECT_TRUE(torch::allclose(overlapped, blocking[i], 1e-6, 1e-7)) << "layer " << i;
+    EXPECT_TRUE(identical_on_every_rank(overlapped)) << "layer " << i;
+  }
+  // The mean really mixes both ranks: it differs from this rank's own gradient.
+  net.zero();
+  net.backward(rank);
+  EXPECT_FALSE(torch::allclose(net.layers[0].grad(), blocking[0]));
+}
+
+TEST(GradientReducerOverMpi, SeveralReductionsInFlightCompleteInOrder_MPI) {
+  initialize_mpi_once();
+  const int rank = world_rank();
+  MpiCommunicator communicator(MPI_COMM_WORLD);
+  std::vector<at::Tensor> buffers;
+  std::vector<std::unique_ptr<PendingReduction>> pending;
+  for (int i = 0; i < 3; ++i) {
+    buffers.push_back(torch::full({1000 * (i + 1)}, static_cast<float>(rank + 1) * (i + 1)));
+    pending.push_back(communicator.start_all_reduce_mean(buffers.back()));
+  }
+  for (auto& p : pending) p->progress();
+  for (auto& p : pending) p->wait();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(torch::equal(buffers[i], torch::full_like(buffers[i], 1.5f * (i + 1)))) << "buffer " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kvrl
