@@ -289,6 +289,7 @@ int run_train(const std::vector<std::string>& args) {
     // Ranks share the cores of a node: the config says how many intra-op threads each role
     // gets (one by default), whatever OMP_NUM_THREADS says.
     at::set_num_threads(static_cast<int>(is_learner ? config.learner_threads : config.actor_threads));
+    logger->info(cat(at::get_num_threads(), " intra-op thread(s) (", is_learner ? "learner" : "actor", ".threads)"));
     torch::manual_seed(config.seed);
 
     MPI_Comm learner_comm = MPI_COMM_NULL;

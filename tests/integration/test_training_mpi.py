@@ -24,8 +24,10 @@ def stats(run_dir, ranks):
 
 def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_path):
     result = mpirun(3, f"run.dir={tmp_path}", "run.max_updates=6", "learner.steps_per_update=512",
-                    "actor.credit_steps=512", "run.total_env_steps=1000000")
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.threads=2")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 intra-op thread(s) (learner.threads)" in open(tmp_path / "rank0.log").read()
+    assert "1 intra-op thread(s) (actor.threads)" in open(tmp_path / "rank1.log").read()
     assert result.stdout.strip().splitlines()[-1].startswith("kvrl train: finished: env_steps=")
     learner, *actors = stats(tmp_path, 3)
     assert learner["updates"] == 6
