@@ -120,6 +120,7 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
   stats_.policy_version = policy_version;
   if (!options_.keep_context_on_update) {
     model_->mark_weight_update();
+    contexts_restarted_ = true;  // the next step starts every stream's context
     return;
   }
   const int64_t obs_size = env_.observation_size();
@@ -162,7 +163,7 @@ bool ActorLoop::ship_outbox() {
   return true;
 }
 
-void ActorLoop::record_step(const PolicyStep& step) {
+void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init) {
   const int64_t obs_size = env_.observation_size();
   const int64_t act_size = env_.action_size();
   const float* obs = env_.observations().data();
@@ -173,7 +174,7 @@ void ActorLoop::record_step(const PolicyStep& step) {
     Episode& e = open_[i];
     e.observations.insert(e.observations.end(), obs + i * obs_size, obs + (i + 1) * obs_size);
     e.actions.insert(e.actions.end(), actions + i * act_size, actions + (i + 1) * act_size);
-    e.is_init.push_back(env_.is_init()[i]);
+    e.is_init.push_back(is_init[i]);
     e.behaviour_log_probs.push_back(log_probs[i]);
     e.values.push_back(values[i]);
     e.policy_versions.push_back(stats_.policy_version);
@@ -225,6 +226,11 @@ ActorStats ActorLoop::run() {
         at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat)
             .to(options_.device);
     std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
+    if (contexts_restarted_) {
+      stats_.contexts_restarted += std::count(init.begin(), init.end(), uint8_t{0});
+      std::fill(init.begin(), init.end(), uint8_t{1});
+    }
+    contexts_restarted_ = false;
     const at::Tensor is_init = at::from_blob(init.data(), {env_.num_envs()}, at::kBool).to(options_.device);
     PolicyStep step = model_->act(observations, is_init, generator);
     if (on_gpu) {
@@ -235,7 +241,7 @@ ActorStats ActorLoop::run() {
       step.log_probs = host.select(1, act_size).contiguous();
       step.values = host.select(1, act_size + 1).contiguous();
     }
-    record_step(step);
+    record_step(step, init);
     std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
     env_.step(actions);
     stats_.env_steps += env_.num_envs();

@@ -31,6 +31,7 @@ struct ActorStats {
   int64_t weight_updates_applied = 0;  // new versions applied after the initial weights
   int64_t cache_invalidations = 0;     // mark_weight_update() calls
   int64_t context_steps_rebuilt = 0;   // steps re-encoded to keep context across updates
+  int64_t contexts_restarted = 0;      // streams restarted inside an episode after new weights
   int64_t policy_version = -1;         // the version acting at the end
   int64_t corrupt_messages_injected = 0;
   int64_t partial_episodes_at_stop = 0;   // episodes still running when the run stopped
@@ -66,7 +67,8 @@ class ActorLoop {
 
  private:
   void handle(const Message& message);
-  void record_step(const PolicyStep& step);
+  // `is_init`: per stream, whether this step started its context.
+  void record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init);
   void apply_weights(const WeightsMessage& weights);
   // After the parameters hold `policy_version`: bookkeeping and mark_weight_update().
   void adopt_weights(int64_t policy_version);
@@ -88,6 +90,9 @@ class ActorLoop {
   std::vector<Episode> open_;           // the episode each environment is in
   std::vector<Episode> outbox_;         // complete episodes waiting for a credit
   ActorStats stats_;
+  // New weights restarted every stream's context (keep_context_on_update=false): the next
+  // step records is_init on every stream.
+  bool contexts_restarted_ = false;
 };
 
 }  // namespace kvrl

@@ -13,14 +13,17 @@ grad-norm clip 0.5), on 16 environments per actor, for the same env-step budget.
   mark_weight_update(), so every row restarts its context at the batch boundary on the
   acting side too, and the window path sees the same thing.
 
+--kvrl-variant runs kvrl a second time with config overrides (e.g. contexts restarted at
+every weight update, as TorchRL's collector does), against the same TorchRL run.
+
 Measured: env steps/s and learner updates/s over the whole run (start-up included), the
 mean return of the last 100 finished episodes at the end, and the time (and env steps)
 each side needs until that mean first reaches --target-return: the speed at an equal
 learning result. Each configuration runs once per repeat, alternating which side goes
 first.
 
-    python bench/training_bench.py --kvrl build/launch/kvrl --steps 100000 \
-        --out bench/results/training_bench.json
+    python bench/training_bench.py --kvrl build/launch/kvrl --steps 300000 --target-return 400 \
+        --kvrl-variant restart:actor.keep_context_on_update=false --out bench/results/training_bench.json
 """
 import argparse
 import json
@@ -38,13 +41,13 @@ STEPS_PER_UPDATE, EPOCHS, MINIBATCHES = 4096, 4, 8  # as configs/cartpole_ppo.ya
 LR, CLIP, GAMMA, LAMBDA, REWARD_SCALE, MAX_GRAD_NORM, VALUE_COEF = 1e-3, 0.2, 0.99, 0.95, 0.01, 0.5, 0.5
 
 
-def run_kvrl(kvrl, actors, steps, seed):
+def run_kvrl(kvrl, actors, steps, seed, overrides=()):
     with tempfile.TemporaryDirectory() as run_dir:
         command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", str(actors + 1), kvrl, "train",
                    str(ROOT / "configs" / "cartpole_ppo.yaml"), f"run.total_env_steps={steps}",
                    f"run.dir={run_dir}", f"run.seed={seed}", "run.log_interval_s=1000",
                    # One actor alone must be allowed a whole batch in flight.
-                   f"actor.credit_steps={max(2048, STEPS_PER_UPDATE // actors)}"]
+                   f"actor.credit_steps={max(2048, STEPS_PER_UPDATE // actors)}", *overrides]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         begin = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
@@ -154,10 +157,21 @@ def main():
     parser.add_argument("--target-return", type=float, default=400,
                         help="the equal learning result: time until the mean return of the last 100 episodes first "
                              "reaches it")
+    parser.add_argument("--kvrl-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                        help="also run kvrl with these config overrides, beside its defaults and against the same "
+                             "TorchRL run (repeatable), e.g. restart:actor.keep_context_on_update=false")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "training_bench.json"))
     parser.add_argument("--torchrl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-actors", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    variants = {"kvrl": []}
+    for text in args.kvrl_variant:
+        name, _, overrides = text.partition(":")
+        pairs = [pair for pair in overrides.split(",") if pair]
+        if not name or not pairs or any("=" not in pair for pair in pairs) or f"kvrl:{name}" in variants:
+            parser.error(f"--kvrl-variant {text}: expected a new NAME:KEY=VALUE[,KEY=VALUE...], e.g. "
+                         "restart:actor.keep_context_on_update=false")
+        variants[f"kvrl:{name}"] = pairs
     if args.torchrl_worker:
         print(json.dumps(run_torchrl(args.worker_actors, args.steps, args.seed)))
         return
@@ -165,37 +179,47 @@ def main():
     rows = []
     for actors in args.actors:
         for repeat in range(args.repeats):
-            order = ["kvrl", "torchrl"] if repeat % 2 == 0 else ["torchrl", "kvrl"]
+            sides = [*variants, "torchrl"]
+            order = sides if repeat % 2 == 0 else sides[::-1]
             results = {}
             for side in order:
-                if side == "kvrl":
-                    results[side] = run_kvrl(args.kvrl, actors, args.steps, args.seed + repeat)
-                else:
-                    # A fresh interpreter per run, so worker processes and threads start clean.
-                    done = subprocess.run([sys.executable, __file__, "--torchrl-worker", "--worker-actors", str(actors),
-                                           "--steps", str(args.steps), "--seed", str(args.seed + repeat)],
-                                          capture_output=True, text=True, timeout=7200)
-                    if done.returncode != 0:
-                        raise RuntimeError(f"TorchRL run failed:\n{done.stderr[-4000:]}")
-                    results[side] = json.loads(done.stdout.strip().splitlines()[-1])
-            rows.append({"actors": actors, "repeat": repeat, **{f"{side}_{k}": v for side, r in results.items()
-                                                               for k, v in r.items()}})
+                if side != "torchrl":
+                    results[side] = run_kvrl(args.kvrl, actors, args.steps, args.seed + repeat, variants[side])
+                    continue
+                # A fresh interpreter per run, so worker processes and threads start clean.
+                done = subprocess.run([sys.executable, __file__, "--torchrl-worker", "--worker-actors", str(actors),
+                                       "--steps", str(args.steps), "--seed", str(args.seed + repeat)],
+                                      capture_output=True, text=True, timeout=7200)
+                if done.returncode != 0:
+                    raise RuntimeError(f"TorchRL run failed:\n{done.stderr[-4000:]}")
+                results[side] = json.loads(done.stdout.strip().splitlines()[-1])
+            torchrl = results["torchrl"]
+            for side in variants:
+                rows.append({"actors": actors, "repeat": repeat, "kvrl_side": side, "kvrl_overrides": variants[side],
+                             **{f"kvrl_{k}": v for k, v in results[side].items()},
+                             **{f"torchrl_{k}": v for k, v in torchrl.items()}})
 
-    header = (f"{'setup':<18}{'kvrl steps/s':>14}{'TorchRL steps/s':>17}{'ratio':>8}"
-              f"{'kvrl upd/s':>12}{'TorchRL upd/s':>15}{'kvrl return':>13}{'TorchRL return':>16}")
-    print(f"PPO on CartPole-v1, {args.steps} env steps per run, {os.cpu_count()} cores")
-    print(header)
+    def setup(row):
+        return f"1L+{row['actors']}A {row['kvrl_side']}"
+
+    width = max(len(setup(row)) for row in rows) + 2
+    print(f"PPO on CartPole-v1, {args.steps} env steps per run, {os.cpu_count()} cores; kvrl against the TorchRL run "
+          "of the same setup and repeat")
+    for side, overrides in variants.items():
+        print(f"  {side}: {' '.join(overrides) if overrides else 'configs/cartpole_ppo.yaml as it is'}")
+    print(f"{'setup':<{width}}{'kvrl steps/s':>14}{'TorchRL steps/s':>17}{'ratio':>8}"
+          f"{'kvrl upd/s':>12}{'TorchRL upd/s':>15}{'kvrl return':>13}{'TorchRL return':>16}")
     for row in rows:
         kvrl_rate = row["kvrl_env_steps"] / row["kvrl_wall_s"]
         torchrl_rate = row["torchrl_env_steps"] / row["torchrl_wall_s"]
         row["steps_per_s_ratio"] = kvrl_rate / torchrl_rate
-        print(f"{'1 learner + ' + str(row['actors']) + ' act':<18}{kvrl_rate:>14.0f}{torchrl_rate:>17.0f}"
+        print(f"{setup(row):<{width}}{kvrl_rate:>14.0f}{torchrl_rate:>17.0f}"
               f"{row['steps_per_s_ratio']:>7.2f}x{row['kvrl_updates'] / row['kvrl_wall_s']:>12.2f}"
               f"{row['torchrl_updates'] / row['torchrl_wall_s']:>15.2f}{row['kvrl_mean_return']:>13.1f}"
               f"{row['torchrl_mean_return']:>16.1f}")
     target = args.target_return
     print(f"\nTime to the same learning result: mean return of the last 100 episodes >= {target:g}")
-    print(f"{'setup':<18}{'kvrl s':>9}{'kvrl steps':>12}{'TorchRL s':>11}{'TorchRL steps':>15}{'ratio':>8}")
+    print(f"{'setup':<{width}}{'kvrl s':>12}{'kvrl steps':>13}{'TorchRL s':>13}{'TorchRL steps':>15}{'ratio':>13}")
     for row in rows:
         for side in ("kvrl", "torchrl"):
             reached = next((point for point in row[f"{side}_curve"] if point[2] >= target), None)
@@ -204,13 +228,14 @@ def main():
         kvrl_s, torchrl_s = row["kvrl_seconds_to_target"], row["torchrl_seconds_to_target"]
         row["time_to_target_ratio"] = torchrl_s / kvrl_s if kvrl_s and torchrl_s else None
         shown = lambda value, form: "not reached" if value is None else format(value, form)
-        print(f"{'1 learner + ' + str(row['actors']) + ' act':<18}{shown(kvrl_s, '.1f'):>9}"
-              f"{shown(row['kvrl_steps_to_target'], 'd'):>12}{shown(torchrl_s, '.1f'):>11}"
+        print(f"{setup(row):<{width}}{shown(kvrl_s, '.1f'):>12}"
+              f"{shown(row['kvrl_steps_to_target'], 'd'):>13}{shown(torchrl_s, '.1f'):>13}"
               f"{shown(row['torchrl_steps_to_target'], 'd'):>15}"
-              f"{shown(row['time_to_target_ratio'], '.2f') + ('x' if row['time_to_target_ratio'] else ''):>8}")
+              f"{shown(row['time_to_target_ratio'], '.2f') + ('x' if row['time_to_target_ratio'] else ''):>13}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": platform.platform(), "cores": os.cpu_count(),
-                                          "steps": args.steps, "target_return": target, "rows": rows}, indent=2))
+                                          "steps": args.steps, "target_return": target,
+                                          "kvrl_variants": variants, "rows": rows}, indent=2))
     print(f"wrote {args.out}")
 
 

@@ -18,7 +18,10 @@ struct Episode {
   std::vector<float> rewards;          // [T]
   std::vector<uint8_t> terminated;     // [T]: only the last step may be set
   std::vector<uint8_t> truncated;      // [T]: only the last step may be set
-  std::vector<uint8_t> is_init;        // [T]: set on the first step only
+  // [T]: where the acting policy's context started: the first step, and any later step at
+  // which the actor restarted its streams' contexts (new weights with
+  // actor.keep_context_on_update=false), so that the learner attends as the actor did.
+  std::vector<uint8_t> is_init;
   std::vector<float> behaviour_log_probs;  // [T]: log mu(a_t | history) of the acting policy
   std::vector<float> values;           // [T]: the acting policy's value estimates
   std::vector<int64_t> policy_versions;    // [T]: version of the weights that acted

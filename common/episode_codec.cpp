@@ -88,7 +88,6 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
   if (e.is_init[0] != 1) return std::string("the first step is not marked is_init");
   for (int64_t i = 0; i < t; ++i) {
     const bool last = i == t - 1;
-    if (i > 0 && e.is_init[i] != 0) return "is_init set inside the episode at step " + std::to_string(i);
     if (e.terminated[i] > 1 || e.truncated[i] > 1 || e.is_init[i] > 1) return std::string("a flag is not 0 or 1");
     if (!last && (e.terminated[i] || e.truncated[i])) return "episode ends early at step " + std::to_string(i);
     if (e.policy_versions[i] < 0) return std::string("negative policy version");

@@ -421,6 +421,7 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"weight_updates_applied\": ", stats.weight_updates_applied,
                        ", \"cache_invalidations\": ", stats.cache_invalidations,
                        ", \"context_steps_rebuilt\": ", stats.context_steps_rebuilt,
+                       ", \"contexts_restarted\": ", stats.contexts_restarted,
                        ", \"policy_version\": ", stats.policy_version,
                        ", \"partial_episodes_at_stop\": ", stats.partial_episodes_at_stop,
                        ", \"unsent_episodes_at_stop\": ", stats.unsent_episodes_at_stop,

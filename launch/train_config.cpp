@@ -184,7 +184,8 @@ const std::vector<Field>& schema() {
                 "env steps an actor may have in flight to each learner (flow control)"),
       bool_field("actor.keep_context_on_update", [](auto& c) -> auto& { return c.keep_context_on_update; },
                  "after new weights, rebuild each stream's key/value cache from its episode so far (true) or "
-                 "restart every stream's context as the reference does (false)"),
+                 "restart every stream's context as the reference does (false; the restart is recorded as is_init, "
+                 "so the learner's windows restart there too)"),
   };
   return fields;
 }

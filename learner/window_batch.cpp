@@ -67,7 +67,9 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
     std::memcpy(obs + base * obs_size, e.observations.data(), e.observations.size() * sizeof(float));
     std::memcpy(obs + (base + e.length()) * obs_size, e.final_observation.data(), obs_size * sizeof(float));
     std::memcpy(act + base * act_size, e.actions.data(), e.actions.size() * sizeof(float));
-    for (int64_t t = 0; t <= e.length(); ++t) init[base + t] = t == 0;  // the final token continues the episode
+    // Contexts start where the actor's did; the final token continues the last one.
+    for (int64_t t = 0; t < e.length(); ++t) init[base + t] = t == 0 || e.is_init[t] != 0;
+    init[base + e.length()] = false;
     for (int64_t t = 0; t < e.length(); ++t) {
       mask[base + t] = true;
       reward[base + t] = e.rewards[t];

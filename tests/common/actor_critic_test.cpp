@@ -18,6 +18,37 @@ ActorCriticOptions small_policy() {
   return options;
 }
 
+// An actor with actor.keep_context_on_update=false restarts every stream's context after
+// new weights and records is_init on that step; the learner's window forward over the
+// recorded is_init must then see what the acting policy saw.
+TEST(ActorCritic, AWindowWithTheRecordedRestartReproducesTheSteps) {
+  torch::manual_seed(9);
+  ActorCritic policy(small_policy());
+  torch::NoGradGuard no_grad;
+  const int64_t steps = 12, restart = 5, streams = 3;
+  const at::Tensor observations = torch::randn({streams, steps, 4});
+  at::Tensor recorded_is_init = torch::zeros({streams, steps}, torch::kBool);
+  at::Generator generator = at::detail::createCPUGenerator(1);
+  std::vector<at::Tensor> acted;
+  for (int64_t t = 0; t < steps; ++t) {
+    if (t == restart) policy.mark_weight_update();  // the same weights: only the restart matters
+    const bool starts = t == 0 || t == restart;
+    const at::Tensor is_init = torch::full({streams}, starts, torch::kBool);
+    recorded_is_init.select(1, t).fill_(starts);
+    acted.push_back(policy.act(observations.select(1, t), is_init, generator, /*greedy=*/true).values);
+  }
+  const at::Tensor acted_values = torch::stack(acted, 1);
+  const at::Tensor window_values = policy.evaluate(observations, recorded_is_init).values;
+  EXPECT_TRUE(torch::allclose(window_values, acted_values, 1e-5, 1e-5)) << window_values - acted_values;
+  // Without the restart the window attends over the whole episode and differs after it.
+  at::Tensor episode_start_only = torch::zeros({streams, steps}, torch::kBool);
+  episode_start_only.select(1, 0).fill_(true);
+  const at::Tensor whole_episode = policy.evaluate(observations, episode_start_only).values;
+  EXPECT_TRUE(torch::allclose(whole_episode.narrow(1, 0, restart), acted_values.narrow(1, 0, restart), 1e-5, 1e-5));
+  EXPECT_FALSE(torch::allclose(whole_episode.narrow(1, restart, steps - restart),
+                               acted_values.narrow(1, restart, steps - restart), 1e-3, 1e-3));
+}
+
 // Two policies with the same weights, the second under bf16 autocast.
 class ActorCriticAutocast : public ::testing::Test {
  protected:

@@ -107,13 +107,19 @@ TEST_F(EpisodeCodecTest, RejectsBadContentEvenWithAValidChecksum) {
   }
 }
 
+TEST_F(EpisodeCodecTest, AContextRestartInsideAnEpisodeRoundTrips) {
+  Episode restarted = make_episode(5);
+  restarted.is_init[3] = 1;  // the actor restarted its contexts after new weights here
+  EXPECT_EQ(codec_.decode(codec_.encode(restarted)).is_init, restarted.is_init);
+}
+
 TEST_F(EpisodeCodecTest, EncoderRefusesIncompleteEpisodes) {
   Episode unfinished = make_episode(5);
   unfinished.terminated.back() = 0;
   EXPECT_THROW(codec_.encode(unfinished), InvalidArgumentError);
-  Episode reset_inside = make_episode(5);
-  reset_inside.is_init[2] = 1;
-  EXPECT_THROW(codec_.encode(reset_inside), InvalidArgumentError);
+  Episode no_start = make_episode(5);
+  no_start.is_init[0] = 0;
+  EXPECT_THROW(codec_.encode(no_start), InvalidArgumentError);
   Episode ragged = make_episode(5);
   ragged.values.pop_back();
   EXPECT_THROW(codec_.encode(ragged), InvalidArgumentError);

@@ -36,6 +36,7 @@ def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_p
         assert actor["cache_invalidations"] >= 2, actor  # the initial weights, then at least one update
         # Streams in mid-episode kept their context across the updates (rebuilt, not restarted).
         assert actor["context_steps_rebuilt"] > 0, actor
+        assert actor["contexts_restarted"] == 0, actor
     sent = sum(a["episodes_sent"] for a in actors)
     assert sent == learner["episodes_received"]
     assert learner["episodes_received"] == learner["episodes_used"] + sum(learner["dropped"].values())
@@ -50,6 +51,10 @@ def test_restarting_contexts_instead_is_a_config_choice(tmp_path):
     learner, actor = stats(tmp_path, 2)
     assert actor["weight_updates_applied"] >= 1, actor
     assert actor["context_steps_rebuilt"] == 0, actor
+    # Streams in mid-episode restarted, and their episodes say so (is_init inside them), so
+    # the learner attends as the actor did; every one of those episodes was accepted.
+    assert actor["contexts_restarted"] > 0, actor
+    assert learner["dropped"] == {}, learner
 
 
 @pytest.mark.parametrize("overlap", ["true", "false"])

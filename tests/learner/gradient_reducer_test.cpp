@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "common/errors.h"
+#ifdef KVRL_HAVE_NCCL
+#include "common/nccl_communicator.h"
+#include "tests/mpi_once.h"
+#endif
 
 namespace kvrl {
 namespace {
@@ -166,6 +170,30 @@ TEST(GradientReducer, RemovesItsHooksWhenDestroyed) {
   net.loss(torch::randn({5, 4}), true).backward();  // would reach a destroyed reducer
   EXPECT_TRUE(communicator->started_numel.empty());
 }
+
+#ifdef KVRL_HAVE_NCCL
+// One GPU forms only a one-rank communicator, so the mean is the gradient itself: this
+// checks that buckets start from autograd's device thread onto the NCCL stream, ordered
+// after the backward kernels that wrote them, and land before the step reads them.
+TEST(GradientReducerOnGpu, BucketsGoOutOnTheNcclStreamDuringBackward_NCCL) {
+  test_support::initialize_mpi_once();
+  const c10::Device gpu(c10::kCUDA, 0);
+  torch::manual_seed(3);
+  SmallNet net;
+  for (at::Tensor* p : {&net.first, &net.second, &net.third}) *p = p->detach().to(gpu).requires_grad_();
+  const at::Tensor x = torch::randn({5, 4}, torch::TensorOptions().device(gpu));
+  const std::vector<at::Tensor> expected = plain_gradients(net, x, true);
+  auto communicator = std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, gpu, NcclOptions{});
+  GradientReducer reducer(net.parameters(), communicator, /*bucket_bytes=*/1);
+  reducer.prepare();
+  net.loss(x, true).backward();
+  EXPECT_EQ(reducer.buckets_started_during_backward(), 3u);
+  reducer.finish();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(net.parameters()[i].grad(), expected[i])) << "parameter " << i;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace kvrl

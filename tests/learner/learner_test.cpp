@@ -51,6 +51,14 @@ TEST(WindowBatch, RowsAreCutToTheWidestSelectedRow) {
   EXPECT_EQ(WindowRows(batch, torch::tensor({0}, torch::kLong)).width(), 10);
 }
 
+TEST(WindowBatch, AContextRestartInsideAnEpisodeStartsANewSegment) {
+  Episode restarted = episode_of_length(6);
+  restarted.is_init[4] = 1;  // the actor restarted its contexts here
+  const WindowBatch batch = pack_windows({restarted}, 16);
+  const std::vector<bool> expected = {true, false, false, false, true, false, false};  // 6 steps + final token
+  for (int64_t t = 0; t < 7; ++t) EXPECT_EQ(batch.is_init[0][t].item<bool>(), expected[t]) << "token " << t;
+}
+
 TEST(WindowBatch, RejectsAnEpisodeLongerThanMaxSeqLen) {
   EXPECT_THROW(pack_windows({episode_of_length(8)}, 8), InvalidArgumentError);
   EXPECT_NO_THROW(pack_windows({episode_of_length(7)}, 8));
