@@ -233,6 +233,7 @@ ActorStats ActorLoop::run() {
     contexts_restarted_ = false;
     const at::Tensor is_init = at::from_blob(init.data(), {env_.num_envs()}, at::kBool).to(options_.device);
     PolicyStep step = model_->act(observations, is_init, generator);
+    stats_.graph_steps += model_->trunk().stepped_from_graph() ? 1 : 0;
     if (on_gpu) {
       // One device-to-host copy for everything the episode records.
       const at::Tensor host = at::cat({step.actions, step.log_probs.unsqueeze(1), step.values.unsqueeze(1)}, 1)

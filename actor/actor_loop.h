@@ -32,6 +32,7 @@ struct ActorStats {
   int64_t cache_invalidations = 0;     // mark_weight_update() calls
   int64_t context_steps_rebuilt = 0;   // steps re-encoded to keep context across updates
   int64_t contexts_restarted = 0;      // streams restarted inside an episode after new weights
+  int64_t graph_steps = 0;             // cached steps replayed from a CUDA graph (model.cuda_graphs)
   int64_t policy_version = -1;         // the version acting at the end
   int64_t corrupt_messages_injected = 0;
   int64_t partial_episodes_at_stop = 0;   // episodes still running when the run stopped

@@ -4,6 +4,8 @@
 #include <ATen/ops/ones.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "common/errors.h"
+
 namespace kvrl {
 
 void Backbone::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
@@ -16,6 +18,10 @@ void Backbone::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
     const at::Tensor positions = at::full({batch, 1}, t, features.options().dtype(at::kLong));
     forward(features.narrow(1, t, 1), positions, std::nullopt, cache);
   }
+}
+
+at::Tensor Backbone::static_step(const at::Tensor&, const at::Tensor&, KvCache&) {
+  throw InvalidArgumentError("this backbone has no static-shape cached step (has_static_step() is false)");
 }
 
 }  // namespace kvrl

@@ -52,6 +52,15 @@ class Backbone : public torch::nn::Module {
   // through the cached-step path; a backbone may compute it as one window.
   virtual void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache);
 
+  // The cached step with shapes fixed by the batch size and no host synchronisation, so
+  // that TransformerModule can capture it in a CUDA graph: it attends over every cache
+  // slot under the mask slot <= position and checks no positions, so the caller must keep
+  // them below max_seq_len. features [B, 1, input_size], positions [B] (kLong). Updates the
+  // cache in place and returns [B, 1, hidden_size]. Only where has_static_step(); the
+  // default throws.
+  virtual bool has_static_step() const { return false; }
+  virtual at::Tensor static_step(const at::Tensor& features, const at::Tensor& positions, KvCache& kv_cache);
+
   virtual int64_t num_layers() const = 0;
   virtual int64_t num_heads() const = 0;
   virtual int64_t head_dim() const = 0;

@@ -179,10 +179,7 @@ int64_t CausalTransformer::check_positions(const at::Tensor& positions) const {
   // size its attention.
   const int64_t max_position = positions.max().item<int64_t>();
   if (max_position >= options_.max_seq_len) {
-    throw SequenceTooLongError("Episode length exceeded max_seq_len=" +
-                               std::to_string(options_.max_seq_len) +
-                               ". Increase max_seq_len or truncate episodes; sliding-window "
-                               "attention is not implemented.");
+    throw sequence_too_long(options_.max_seq_len);
   }
   return max_position;
 }
@@ -262,6 +259,15 @@ void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv
     h = block_list_[layer]->forward(h, attn_mask, /*chunks=*/{}, &layer_keys, &layer_values);
   }
   cache.high_water = std::max(cache.high_water, t);
+}
+
+at::Tensor CausalTransformer::static_step(const at::Tensor& features, const at::Tensor& positions,
+                                          KvCache& kv_cache) {
+  CausalTransformerKvCache& cache = cache_of(&kv_cache, features.size(0));
+  torch::NoGradGuard no_grad;
+  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions.unsqueeze(-1));
+  // The whole cache length, whatever the positions: shapes must not depend on values.
+  return forward_cached_step(std::move(h), positions, options_.max_seq_len - 1, cache).out;
 }
 
 BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Tensor& positions,

@@ -108,6 +108,8 @@ class CausalTransformer : public Backbone {
                                           const at::Tensor& mask) override;
   // One causal window over the steps instead of a replay, step by step.
   void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) override;
+  bool has_static_step() const override { return true; }
+  at::Tensor static_step(const at::Tensor& features, const at::Tensor& positions, KvCache& kv_cache) override;
 
   int64_t num_layers() const override { return options_.num_layers; }
   int64_t num_heads() const override { return options_.num_heads; }

@@ -3,6 +3,7 @@
 // Each message names the offending value, what is allowed and, where there is one, the fix.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,13 @@ class SequenceTooLongError : public Error {
  public:
   using Error::Error;
 };
+
+// The error of every path that finds a position at or beyond max_seq_len, in one wording.
+inline SequenceTooLongError sequence_too_long(int64_t max_seq_len) {
+  return SequenceTooLongError("Episode length exceeded max_seq_len=" + std::to_string(max_seq_len) +
+                              ". Increase max_seq_len or truncate episodes; sliding-window "
+                              "attention is not implemented.");
+}
 
 // A file or message does not have the expected structure: a missing key, a wrong type.
 class MalformedInputError : public Error {

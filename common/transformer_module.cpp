@@ -12,6 +12,9 @@
 #include "common/episode_masks.h"
 #include "common/errors.h"
 #include "common/scalar_type_names.h"
+#ifdef KVRL_HAVE_CUDA
+#include "common/cuda_step_graph.h"
+#endif
 
 namespace kvrl {
 namespace {
@@ -121,6 +124,7 @@ void TransformerModule::reset_cache() {
   positions_ = at::Tensor();
   cache_dtype_.reset();
   weights_version_.clear();
+  step_graph_.reset();
 }
 
 void TransformerModule::mark_weight_update() { reset_cache(); }
@@ -146,6 +150,7 @@ bool TransformerModule::ensure_fresh_state(const at::Tensor& value) {
   positions_ = at::zeros({batch_size}, value.options().dtype(at::kLong));
   cache_dtype_ = cache_dtype;
   weights_version_ = current_weights_version();
+  step_graph_.reset();  // it reads the old cache and positions
   return true;
 }
 
@@ -160,15 +165,84 @@ at::Tensor TransformerModule::step(const at::Tensor& value, const at::Tensor& is
   torch::NoGradGuard no_grad;
   const bool fresh = ensure_fresh_state(features);
   const at::Tensor init = fresh ? at::ones_like(stream_init) : stream_init;
+  const at::Tensor out = uses_static_step(features.device()) ? static_shape_step(features, init, fresh)
+                                                              : eager_step(features, init);
+  std::vector<int64_t> out_shape(batch.begin(), batch.end());
+  out_shape.push_back(out.size(-1));
+  return out.view(out_shape);
+}
+
+at::Tensor TransformerModule::eager_step(const at::Tensor& features, const at::Tensor& init) {
+  stepped_from_graph_ = false;
   kv_cache_ = backbone_->reset_kv_cache(kv_cache_, init);
   const at::Tensor positions = positions_.masked_fill(init, 0);
   BackboneOutput result = backbone_->forward(features, positions.unsqueeze(-1), std::nullopt, kv_cache_);
   kv_cache_ = std::move(result.kv_cache);
   positions_ = positions + 1;
+  return result.out;
+}
 
-  std::vector<int64_t> out_shape(batch.begin(), batch.end());
-  out_shape.push_back(result.out.size(-1));
-  return result.out.view(out_shape);
+bool TransformerModule::uses_static_step(const c10::Device& device) const {
+  if (!backbone_->has_static_step()) return false;
+#ifdef KVRL_HAVE_CUDA
+  if (options_.cuda_graphs && device.is_cuda() && !graph_capture_failed_) return true;
+#endif
+  (void)device;
+  return options_.static_shape_steps;
+}
+
+void TransformerModule::bound_next_position(const at::Tensor& init, bool fresh) {
+  const int64_t max_seq_len = backbone_->max_seq_len();
+  next_position_bound_ = fresh ? 0 : next_position_bound_ + 1;
+  if (next_position_bound_ < max_seq_len) return;
+  // One host sync per step only while some stream may be at its last slots.
+  next_position_bound_ = positions_.masked_fill(init, 0).max().item<int64_t>();
+  if (next_position_bound_ >= max_seq_len) throw sequence_too_long(max_seq_len);
+}
+
+// The streams' positions are updated in place, so a captured graph keeps reading them.
+at::Tensor TransformerModule::run_static_step(const at::Tensor& features, const at::Tensor& init) {
+  // Restarted streams need no cleared cache here: slots past a stream's position are
+  // masked, and each slot is written before the step that first attends to it.
+  positions_.masked_fill_(init, 0);
+  at::Tensor out = backbone_->static_step(features, positions_, *kv_cache_);
+  positions_.add_(1);
+  return out;
+}
+
+at::Tensor TransformerModule::static_shape_step(const at::Tensor& features, const at::Tensor& init, bool fresh) {
+  bound_next_position(init, fresh);
+  stepped_from_graph_ = false;
+#ifdef KVRL_HAVE_CUDA
+  if (options_.cuda_graphs && features.is_cuda()) {
+    if (!step_graph_) capture_step_graph(features, init);
+    if (step_graph_) {
+      stepped_from_graph_ = true;
+      return step_graph_->replay(features, init);
+    }
+    return eager_step(features, init);
+  }
+#endif
+  return run_static_step(features, init);
+}
+
+void TransformerModule::capture_step_graph(const at::Tensor& features, const at::Tensor& init) {
+#ifdef KVRL_HAVE_CUDA
+  try {
+    step_graph_ = CudaStepGraph::capture(
+        [this](const at::Tensor& f, const at::Tensor& i) { return run_static_step(f, i); }, features, init,
+        positions_);
+  } catch (const std::exception& error) {
+    graph_capture_failed_ = true;
+    if (options_.warn) {
+      options_.warn("CUDA graph capture of the cached step failed for " + std::to_string(features.size(0)) +
+                    " stream(s) (" + error.what() + "): stepping without graphs (model.cuda_graphs)");
+    }
+  }
+#else
+  (void)features;
+  (void)init;
+#endif
 }
 
 void TransformerModule::prefill(const at::Tensor& value, const at::Tensor& lengths) {
@@ -189,8 +263,9 @@ void TransformerModule::prefill(const at::Tensor& value, const at::Tensor& lengt
   torch::NoGradGuard no_grad;
   ensure_fresh_state(value);
   backbone_->prefill_kv_cache(value, *kv_cache_);
-  c10::InferenceMode not_inference(/*enabled=*/false);
-  positions_ = lengths.to(positions_.device()).clone();
+  // In place: a captured step graph keeps reading these positions.
+  positions_.copy_(lengths);
+  next_position_bound_ = lengths.numel() > 0 ? lengths.max().item<int64_t>() - 1 : -1;
 }
 
 at::Tensor TransformerModule::window(const at::Tensor& value, const at::Tensor& is_init) {

@@ -10,7 +10,9 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "common/backbone.h"
 
 namespace kvrl {
+
+class CudaStepGraph;
 
 struct TransformerModuleOptions {
   // Size arguments build a CausalTransformer; leave them unset when passing a backbone.
@@ -30,6 +34,15 @@ struct TransformerModuleOptions {
   double dropout = 0.0;                    // dropout probability in the block MLPs
   bool default_recurrent_mode = false;     // path of forward() outside a RecurrentModeGuard
   bool validate_windows = true;            // window() checks every row starts with is_init
+  // On a CUDA device, step() replays its static-shape step from a CUDA graph captured once
+  // per cache (common/cuda_step_graph.h); a failed capture is reported through `warn` and
+  // the module steps eagerly from then on. No effect elsewhere or without CUDA support.
+  bool cuda_graphs = true;
+  // Runs the static-shape step (Backbone::static_step) eagerly on any device: what a CUDA
+  // graph replays, so that it can be checked on a CPU.
+  bool static_shape_steps = false;
+  // Told, once, why a faster path was not taken; may be empty.
+  std::function<void(const std::string&)> warn;
 };
 
 // Selects the path of TransformerModule::forward() on this thread for its lifetime,
@@ -91,6 +104,8 @@ class TransformerModule : public torch::nn::Module {
 
   bool recurrent_mode() const;
   bool has_cache() const { return kv_cache_ != nullptr; }
+  // Whether the last step() replayed a CUDA graph.
+  bool stepped_from_graph() const { return stepped_from_graph_; }
   // Per-stream position of the next step, or an undefined tensor without a cache.
   const at::Tensor& stream_positions() const { return positions_; }
   Backbone& transformer() { return *backbone_; }
@@ -106,6 +121,16 @@ class TransformerModule : public torch::nn::Module {
   WeightsVersion current_weights_version() const;
   // Allocates a fresh cache when none fits this batch; returns whether it did.
   bool ensure_fresh_state(const at::Tensor& value);
+  bool uses_static_step(const c10::Device& device) const;
+  at::Tensor eager_step(const at::Tensor& features, const at::Tensor& init);
+  // The static-shape step, from a CUDA graph where one applies.
+  at::Tensor static_shape_step(const at::Tensor& features, const at::Tensor& init, bool fresh);
+  at::Tensor run_static_step(const at::Tensor& features, const at::Tensor& init);
+  // Keeps next_position_bound_ an upper bound of this step's positions without reading
+  // them from the device, and reads them only when the bound reaches max_seq_len.
+  // Throws SequenceTooLongError when a position really does.
+  void bound_next_position(const at::Tensor& init, bool fresh);
+  void capture_step_graph(const at::Tensor& features, const at::Tensor& init);
 
   TransformerModuleOptions options_;
   std::shared_ptr<Backbone> backbone_;
@@ -113,6 +138,11 @@ class TransformerModule : public torch::nn::Module {
   at::Tensor positions_;
   std::optional<c10::ScalarType> cache_dtype_;
   WeightsVersion weights_version_;
+  // Static-shape step only: an upper bound on the largest position of the current step.
+  int64_t next_position_bound_ = 0;
+  std::shared_ptr<CudaStepGraph> step_graph_;  // for the current cache; null until captured
+  bool graph_capture_failed_ = false;          // then every later step runs eagerly
+  bool stepped_from_graph_ = false;
 };
 
 }  // namespace kvrl

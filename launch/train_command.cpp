@@ -298,6 +298,7 @@ int run_train(const std::vector<std::string>& args) {
     Roles roles;
     for (int r = 0; r < size; ++r) (r < config.learners ? roles.learners : roles.actors).push_back(r);
     MpiTransport transport(MPI_COMM_WORLD);
+    setup.model.transformer.warn = [logger](const std::string& message) { logger->warn(message); };
     auto model = std::make_shared<ActorCritic>(setup.model);
     model->to(device.device);
     if ((is_learner ? config.learner_autocast : config.actor_autocast) == "bfloat16") {
@@ -422,6 +423,7 @@ int run_train(const std::vector<std::string>& args) {
                        ", \"cache_invalidations\": ", stats.cache_invalidations,
                        ", \"context_steps_rebuilt\": ", stats.context_steps_rebuilt,
                        ", \"contexts_restarted\": ", stats.contexts_restarted,
+                       ", \"graph_steps\": ", stats.graph_steps,
                        ", \"policy_version\": ", stats.policy_version,
                        ", \"partial_episodes_at_stop\": ", stats.partial_episodes_at_stop,
                        ", \"unsent_episodes_at_stop\": ", stats.unsent_episodes_at_stop,

@@ -119,6 +119,9 @@ const std::vector<Field>& schema() {
       int_field("model.dim_feedforward", [](auto& c) -> auto& { return c.dim_feedforward; }, 0, 1 << 20, "MLP width; 0 = 4 * hidden_size"),
       bool_field("model.temporal_context", [](auto& c) -> auto& { return c.temporal_context; },
                  "false: every step sees only its own observation (the memoryless baseline)"),
+      bool_field("model.cuda_graphs", [](auto& c) -> auto& { return c.cuda_graphs; },
+                 "on CUDA, capture the actors' cached step in a CUDA graph per batch size (a failed capture is logged and "
+                 "steps run without); no effect on CPU"),
       string_field("learner.algorithm", [](auto& c) -> auto& { return c.learner.algorithm; }, {"ppo", "vtrace"}, "the loss"),
       float_field("learner.learning_rate", [](auto& c) -> auto& { return c.learner.learning_rate; }, 1e-8, 1.0, "Adam step size"),
       string_field("learner.lr_schedule", [](auto& c) -> auto& { return c.learner.lr_schedule; }, {"constant", "linear"},

@@ -37,6 +37,7 @@ struct TrainConfig {
   int64_t max_seq_len = 512;          // must exceed the environment's time limit
   int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
   bool temporal_context = true;       // false: each step sees only its own observation
+  bool cuda_graphs = true;            // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;
   int64_t steps_per_update = 4096;    // env steps per update, over all learners

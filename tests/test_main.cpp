@@ -1,9 +1,12 @@
 // GoogleTest main shared by every kvrl test binary. Tests that need hardware or a
 // launcher carry a suffix (_CUDA, _NCCL, _MPI); where that is missing they are skipped
 // loudly instead of failing, so ctest stays green on CPU-only machines and the same
-// tests run for real where the hardware exists.
+// tests run for real where the hardware exists. Under KVRL_REHEARSE=1 the _CUDA and _NCCL
+// tests run on the CPU instead (tests/device_under_test.h).
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
+
+#include "tests/device_under_test.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +27,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "[ SKIPPING ] tests ending in %s: %s\n", suffix, reason);
     negative += std::string(negative.empty() ? "" : ":") + "*" + suffix;
   };
-  if (!torch::cuda::is_available()) {
+  if (!torch::cuda::is_available() && kvrl::test_support::rehearsing()) {
+    std::fprintf(stderr, "[ REHEARSING ] tests ending in _CUDA and _NCCL on the CPU (KVRL_REHEARSE=1)\n");
+  } else if (!torch::cuda::is_available()) {
     skip("_CUDA", "no usable CUDA device");
     skip("_NCCL", "no usable CUDA device for NCCL");
   }

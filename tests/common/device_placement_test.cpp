@@ -1,18 +1,11 @@
 #include <gtest/gtest.h>
-#include <mpi.h>
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <map>
 
-#include "common/actor_critic.h"
 #include "common/device_placement.h"
 #include "common/errors.h"
 #include "common/gradient_buckets.h"
-#ifdef KVRL_HAVE_NCCL
-#include "common/nccl_communicator.h"
-#include "tests/mpi_once.h"
-#endif
 
 namespace kvrl {
 namespace {
@@ -96,81 +89,6 @@ TEST(GradientBuckets, FlattenAndUnflattenRoundTripEveryTensor) {
   }
   for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(torch::equal(tensors[i], originals[i] * 2)) << i;
 }
-
-// Runs only where a GPU is usable (the suffix; tests/test_main.cpp).
-TEST(ActorCriticOnGpu, CachedStepsMatchTheCpuWithinFloat32Tolerance_CUDA) {
-  ActorCriticOptions options;
-  options.transformer.input_size = 4;
-  options.transformer.hidden_size = 32;
-  options.transformer.num_heads = 4;
-  options.transformer.max_seq_len = 64;
-  options.num_outputs = 2;
-  torch::manual_seed(3);
-  ActorCritic cpu(options);
-  ActorCritic gpu(options);
-  {
-    torch::NoGradGuard no_grad;
-    auto from = cpu.parameters();
-    auto to = gpu.parameters();
-    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-  }
-  gpu.to(torch::kCUDA);
-  const at::Tensor observations = torch::randn({20, 8, 4});
-  at::Tensor is_init = torch::rand({8, 20}) < 0.1;
-  is_init[0].fill_(true);
-  at::Generator cpu_generator = at::detail::createCPUGenerator(1);
-  at::Generator gpu_generator = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0));
-  torch::NoGradGuard no_grad;
-  for (int64_t t = 0; t < 20; ++t) {
-    const PolicyStep on_cpu = cpu.act(observations[t], is_init[t], cpu_generator, /*greedy=*/true);
-    const PolicyStep on_gpu = gpu.act(observations[t].cuda(), is_init[t].cuda(), gpu_generator, /*greedy=*/true);
-    EXPECT_TRUE(torch::allclose(on_gpu.values.cpu(), on_cpu.values, 1e-5, 1e-5)) << "step " << t;
-    EXPECT_TRUE(torch::allclose(on_gpu.log_probs.cpu(), on_cpu.log_probs, 1e-5, 1e-5)) << "step " << t;
-  }
-}
-
-#ifdef KVRL_HAVE_NCCL
-// NCCL is bootstrapped over MPI; the test binary initialises it on first use.
-using test_support::initialize_mpi_once;
-
-// One GPU can only form a one-rank communicator: this checks the bootstrap over MPI, the
-// buckets and the stream ordering, not the arithmetic of several ranks.
-TEST(NcclCommunicator, AllReducesAndBroadcastsOnOneRank_NCCL) {
-  initialize_mpi_once();
-  NcclCommunicator communicator(MPI_COMM_SELF, c10::Device(c10::kCUDA, 0), NcclOptions{/*bucket_bytes=*/256, 30});
-  EXPECT_EQ(communicator.size(), 1);
-  std::vector<at::Tensor> tensors = {torch::randn({100}, torch::kCUDA), torch::randn({3, 50}, torch::kCUDA)};
-  const std::vector<at::Tensor> before = {tensors[0].clone(), tensors[1].clone()};
-  communicator.all_reduce_mean(tensors);  // several buckets of 64 floats
-  communicator.broadcast(tensors, 0);
-  EXPECT_TRUE(torch::equal(tensors[0], before[0]));
-  EXPECT_TRUE(torch::equal(tensors[1], before[1]));
-  EXPECT_EQ(communicator.all_reduce_sum(2.5), 2.5);
-}
-
-// The staged weight broadcast's NCCL transport on a one-rank communicator (one GPU can
-// form no other): the sender's broadcasts land in order, and a joined buffer keeps its
-// parameters and version. The receiving protocol is tested on the CPU (staged_weights_test).
-TEST(NcclWeightBroadcast, BroadcastsLandOnOneRank_NCCL) {
-  initialize_mpi_once();
-  const c10::Device gpu(c10::kCUDA, 0);
-  NcclWeightBroadcast transport(MPI_COMM_SELF, gpu);
-  const std::vector<at::Tensor> parameters = {torch::randn({3, 4}, gpu), torch::randn({5}, gpu)};
-  StagedWeightSender sender(transport, /*timeout_s=*/30);
-  sender.start(parameters, 7);
-  sender.start(parameters, 8);
-  sender.finish();
-  EXPECT_EQ(sender.in_flight(), 0u);
-  const at::Tensor buffer = weights_with_version(parameters, 9);
-  const at::Tensor expected = buffer.clone();
-  auto pending = transport.join(buffer);
-  while (!pending->landed()) {
-  }
-  EXPECT_TRUE(torch::equal(buffer, expected));
-  EXPECT_EQ(version_of_weights(buffer), 9);
-  EXPECT_THROW(transport.join(torch::zeros({4})), InvalidArgumentError);  // not on the GPU
-}
-#endif
 
 }  // namespace
 }  // namespace kvrl

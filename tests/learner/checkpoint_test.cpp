@@ -9,6 +9,7 @@
 #include "common/torch_file.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
+#include "tests/device_under_test.h"
 #include "tests/learner/learner_fixtures.h"
 
 namespace kvrl {
@@ -233,7 +234,7 @@ TEST(LearnerNonFinite, ANanLossSkipsTheWholeUpdateAndTheNextOneApplies) {
 namespace kvrl {
 namespace {
 
-// Runs only where a GPU is usable (the suffix; tests/test_main.cpp).
+// Runs where a GPU is usable, or on the CPU in a rehearsal (tests/device_under_test.h).
 TEST(LearnerOnGpu, AnUpdateOnTheGpuMatchesTheCpu_CUDA) {
   for (const std::string algorithm : {"ppo", "vtrace"}) {
     LearnerOptions options;
@@ -244,10 +245,10 @@ TEST(LearnerOnGpu, AnUpdateOnTheGpuMatchesTheCpu_CUDA) {
     auto cpu_model = std::make_shared<ActorCritic>(two_action_model(8, 16));
     torch::manual_seed(11);
     auto gpu_model = std::make_shared<ActorCritic>(two_action_model(8, 16));
-    gpu_model->to(torch::kCUDA);
+    gpu_model->to(test_support::device_under_test());
     Learner cpu(cpu_model, options, std::make_shared<LocalCommunicator>());
     Learner gpu(gpu_model, options, std::make_shared<LocalCommunicator>());
-    EXPECT_TRUE(gpu.device().is_cuda());
+    EXPECT_EQ(gpu.device(), test_support::device_under_test());
     const UpdateStats on_cpu = cpu.update(batch());
     const UpdateStats on_gpu = gpu.update(batch());
     EXPECT_NEAR(on_gpu.policy_loss, on_cpu.policy_loss, 1e-4) << algorithm;

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/mpi_transport.h"
+#include "tests/device_under_test.h"
+#include "tests/mpi_once.h"
 #ifdef KVRL_HAVE_NCCL
 #include "common/nccl_communicator.h"
-#include "tests/mpi_once.h"
 #endif
 
 namespace kvrl {
@@ -171,19 +173,22 @@ TEST(GradientReducer, RemovesItsHooksWhenDestroyed) {
   EXPECT_TRUE(communicator->started_numel.empty());
 }
 
-#ifdef KVRL_HAVE_NCCL
 // One GPU forms only a one-rank communicator, so the mean is the gradient itself: this
 // checks that buckets start from autograd's device thread onto the NCCL stream, ordered
-// after the backward kernels that wrote them, and land before the step reads them.
+// after the backward kernels that wrote them, and land before the step reads them. A
+// rehearsal runs it on the CPU over MPI (tests/device_under_test.h).
 TEST(GradientReducerOnGpu, BucketsGoOutOnTheNcclStreamDuringBackward_NCCL) {
   test_support::initialize_mpi_once();
-  const c10::Device gpu(c10::kCUDA, 0);
+  const c10::Device device = test_support::device_under_test();
   torch::manual_seed(3);
   SmallNet net;
-  for (at::Tensor* p : {&net.first, &net.second, &net.third}) *p = p->detach().to(gpu).requires_grad_();
-  const at::Tensor x = torch::randn({5, 4}, torch::TensorOptions().device(gpu));
+  for (at::Tensor* p : {&net.first, &net.second, &net.third}) *p = p->detach().to(device).requires_grad_();
+  const at::Tensor x = torch::randn({5, 4}, torch::TensorOptions().device(device));
   const std::vector<at::Tensor> expected = plain_gradients(net, x, true);
-  auto communicator = std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, gpu, NcclOptions{});
+  std::shared_ptr<Communicator> communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+#ifdef KVRL_HAVE_NCCL
+  if (device.is_cuda()) communicator = std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, device, NcclOptions{});
+#endif
   GradientReducer reducer(net.parameters(), communicator, /*bucket_bytes=*/1);
   reducer.prepare();
   net.loss(x, true).backward();
@@ -193,7 +198,6 @@ TEST(GradientReducerOnGpu, BucketsGoOutOnTheNcclStreamDuringBackward_NCCL) {
     EXPECT_TRUE(torch::allclose(net.parameters()[i].grad(), expected[i])) << "parameter " << i;
   }
 }
-#endif
 
 }  // namespace
 }  // namespace kvrl
