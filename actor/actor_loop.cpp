@@ -30,7 +30,7 @@ Episode empty_episode(int64_t rank, uint64_t id, int64_t observation_size, int64
 
 }  // namespace
 
-ActorLoop::ActorLoop(ActorLoopOptions options, MpiTransport& transport, std::shared_ptr<ActorCritic> model,
+ActorLoop::ActorLoop(ActorLoopOptions options, Transport& transport, std::shared_ptr<ActorCritic> model,
                      VectorEnv& env, EpisodeCodec codec, std::shared_ptr<Logger> logger)
     : options_(std::move(options)),
       transport_(transport),

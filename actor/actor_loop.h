@@ -19,7 +19,7 @@
 #include "common/episode_codec.h"
 #include "common/fault_injection.h"
 #include "common/logger.h"
-#include "common/mpi_transport.h"
+#include "common/transport.h"
 #include "common/staged_weights.h"
 #include "common/weights_codec.h"
 
@@ -61,7 +61,7 @@ struct ActorLoopOptions {
 
 class ActorLoop {
  public:
-  ActorLoop(ActorLoopOptions options, MpiTransport& transport, std::shared_ptr<ActorCritic> model, VectorEnv& env,
+  ActorLoop(ActorLoopOptions options, Transport& transport, std::shared_ptr<ActorCritic> model, VectorEnv& env,
             EpisodeCodec codec, std::shared_ptr<Logger> logger);
   // Runs until every learner said stop. Throws on MPI failure.
   ActorStats run();
@@ -78,7 +78,7 @@ class ActorLoop {
   bool ship_outbox();  // returns whether everything was sent
 
   ActorLoopOptions options_;
-  MpiTransport& transport_;
+  Transport& transport_;
   std::shared_ptr<ActorCritic> model_;
   VectorEnv& env_;
   EpisodeCodec codec_;

@@ -1,4 +1,4 @@
-// Point-to-point messages between ranks over MPI, without blocking the caller: send()
+// The Transport (common/transport.h) over MPI, without blocking the caller: send()
 // starts an MPI_Isend and keeps the buffer until it completes; poll() returns the next
 // message that has arrived, if any. One thread per rank calls it (MPI is initialised
 // with MPI_THREAD_FUNNELED). Also the learners' collectives (MpiCommunicator).
@@ -12,45 +12,27 @@
 #include <vector>
 
 #include "common/communicator.h"
+#include "common/transport.h"
 
 namespace kvrl {
 
-enum class MessageTag : int {
-  kEpisode = 1,    // actor -> learner: an encoded Episode
-  kCredit = 2,     // learner -> actor: one more episode may be sent
-  kWeights = 3,    // learner 0 -> actor: encoded weights with their policy version
-  kStop = 4,       // learner -> actor: this learner sends nothing more; stop acting (one byte: RunEnd)
-  kActorDone = 5,  // actor -> learner: int64 count of episodes this actor sent to it
-  kStopRequest = 6,  // actor -> learner: this actor was asked to stop (a signal); stop the run
-  kWeightsAnnounce = 7,  // learner 0 -> actor: a staged weight broadcast of this version follows (16 bytes)
-};
-
-// Why a run ended, carried by kStop so that every rank exits with the same status.
-enum class RunEnd : uint8_t { kFinished = 0, kInterrupted = 1, kNonFinite = 2 };
-
-struct Message {
-  int source = -1;
-  MessageTag tag = MessageTag::kEpisode;
-  std::vector<uint8_t> bytes;
-};
-
-class MpiTransport {
+class MpiTransport : public Transport {
  public:
   explicit MpiTransport(MPI_Comm comm);
-  ~MpiTransport();  // waits for pending sends: call flush() first where a peer may be gone
+  ~MpiTransport() override;  // waits for pending sends: call flush() first where a peer may be gone
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
   // Starts sending; never blocks. Throws MpiError.
-  void send(int destination, MessageTag tag, std::vector<uint8_t> bytes);
+  void send(int destination, MessageTag tag, std::vector<uint8_t> bytes) override;
   // The next arrived message from any rank, or nothing; never blocks. Throws MpiError.
-  std::optional<Message> poll();
+  std::optional<Message> poll() override;
   // Frees the buffers of completed sends; returns how many are still in flight.
-  size_t progress();
+  size_t progress() override;
   // Blocks until every send has completed (the receivers must be receiving).
-  void flush();
+  void flush() override;
 
  private:
   struct PendingSend {

@@ -13,6 +13,7 @@
 #include "common/device_placement.h"
 #include "common/errors.h"
 #include "common/number_text.h"
+#include "learner/learner_loop.h"
 
 namespace kvrl {
 namespace {
@@ -256,6 +257,8 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
       inet_pton(AF_INET6, config.status_address.c_str(), address) != 1) {
     fail("status.address", config.status_address, "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
   }
+  const std::string lag_problem = policy_lag_problem(config.max_policy_lag, config.weight_sync_interval);
+  if (!lag_problem.empty()) throw InvalidArgumentError("config: " + lag_problem);
   if (config.hidden_size % config.num_heads != 0) {
     throw InvalidArgumentError("config: model.num_heads (" + std::to_string(config.num_heads) +
                                ") must divide model.hidden_size (" + std::to_string(config.hidden_size) + ")");

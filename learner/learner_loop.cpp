@@ -27,7 +27,7 @@ std::string parameter_checksum(torch::nn::Module& module) {
   return hex;
 }
 
-LearnerLoop::LearnerLoop(LearnerLoopOptions options, MpiTransport& transport, std::shared_ptr<Communicator> communicator,
+LearnerLoop::LearnerLoop(LearnerLoopOptions options, Transport& transport, std::shared_ptr<Communicator> communicator,
                          Learner& learner, EpisodeCodec codec, std::shared_ptr<Logger> logger)
     : options_(std::move(options)),
       transport_(transport),
@@ -35,6 +35,8 @@ LearnerLoop::LearnerLoop(LearnerLoopOptions options, MpiTransport& transport, st
       learner_(learner),
       codec_(codec),
       logger_(std::move(logger)) {
+  const std::string lag_problem = policy_lag_problem(options_.max_policy_lag, options_.weight_sync_interval);
+  if (!lag_problem.empty()) throw InvalidArgumentError(lag_problem);
   stats_.lag_min = std::numeric_limits<double>::infinity();
   stats_.updates = options_.resumed.updates;
   stats_.env_steps = options_.resumed.env_steps;
@@ -103,16 +105,41 @@ void LearnerLoop::receive(const Message& message, bool stopping) {
       throw MalformedMessageError(MalformedMessageError::Reason::kContent,
                                   "episode claims actor rank " + std::to_string(episode.actor_rank));
     }
-    if (options_.max_policy_lag > 0 && policy_version_ - episode.oldest_policy_version() > options_.max_policy_lag) {
+    if (too_stale(episode)) {
       drop("policy_lag", episode.length());
       return;
     }
     queued_steps_ += episode.length();
+    stats_.queued_steps_high_water = std::max(stats_.queued_steps_high_water, queued_steps_);
     queue_.push_back(std::move(episode));
   } catch (const MalformedMessageError& error) {
     logger_->warn(cat("dropped an episode message from rank ", message.source, " (",
                       MalformedMessageError::reason_name(error.reason()), "): ", error.what()));
     drop(std::string("malformed_") + MalformedMessageError::reason_name(error.reason()), codec_.spec().max_length);
+  }
+}
+
+std::string policy_lag_problem(int64_t max_policy_lag, int64_t weight_sync_interval) {
+  if (max_policy_lag <= 0 || max_policy_lag >= weight_sync_interval - 1) return "";
+  return "learner.max_policy_lag (" + std::to_string(max_policy_lag) + ") must be 0 (keep all) or at least " +
+         "learner.weight_sync_interval - 1 (" + std::to_string(weight_sync_interval - 1) +
+         "): actors act with weights up to that many versions old, and every episode would be dropped";
+}
+
+bool LearnerLoop::too_stale(const Episode& episode) const {
+  return options_.max_policy_lag > 0 && policy_version_ - episode.oldest_policy_version() > options_.max_policy_lag;
+}
+
+void LearnerLoop::drop_stale_queued_episodes() {
+  for (auto episode = queue_.begin(); episode != queue_.end();) {
+    if (!too_stale(*episode)) {
+      ++episode;
+      continue;
+    }
+    ++stats_.dropped["policy_lag"];
+    queued_steps_ -= episode->length();
+    grant_credit(static_cast<int>(episode->actor_rank), episode->length());
+    episode = queue_.erase(episode);
   }
 }
 
@@ -260,6 +287,8 @@ LearnerStats LearnerLoop::run() {
       if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
       stats_.last_update = learner_.update(batch);
       ++policy_version_;
+      // Episodes that waited in the queue may now lag more than max_policy_lag too.
+      drop_stale_queued_episodes();
       ++stats_.updates;
       stats_.episodes_used += static_cast<int64_t>(batch.size());
       stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));

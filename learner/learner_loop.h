@@ -22,7 +22,7 @@
 #include "common/episode_codec.h"
 #include "common/fault_injection.h"
 #include "common/logger.h"
-#include "common/mpi_transport.h"
+#include "common/transport.h"
 #include "common/staged_weights.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
@@ -61,6 +61,7 @@ struct LearnerStats {
   int64_t env_steps = 0;  // used in updates, over all learners
   int64_t episodes_received = 0;
   int64_t episodes_used = 0;
+  int64_t queued_steps_high_water = 0;  // the most env steps queued at once, bounded by the credit given out
   std::map<std::string, int64_t> dropped;  // by reason
   std::map<int, int64_t> received_from;    // per actor rank, valid or not
   std::map<int, int64_t> announced_by;     // what each actor said it sent
@@ -77,7 +78,7 @@ struct LearnerStats {
 
 class LearnerLoop {
  public:
-  LearnerLoop(LearnerLoopOptions options, MpiTransport& transport, std::shared_ptr<Communicator> communicator,
+  LearnerLoop(LearnerLoopOptions options, Transport& transport, std::shared_ptr<Communicator> communicator,
               Learner& learner, EpisodeCodec codec, std::shared_ptr<Logger> logger);
   LearnerStats run();
 
@@ -87,6 +88,10 @@ class LearnerLoop {
   void send_weights();
   RunSnapshot snapshot(double wall_seconds) const;
   double recent_mean_return() const;
+  // Whether `episode` lags the current policy by more than max_policy_lag versions.
+  bool too_stale(const Episode& episode) const;
+  // Drops (counted as policy_lag, credit refunded) queued episodes that became too stale.
+  void drop_stale_queued_episodes();
   // Takes queued episodes, oldest first, until they hold `share` steps.
   std::vector<Episode> take_share(int64_t share);
   bool all_actors_done() const;
@@ -96,7 +101,7 @@ class LearnerLoop {
   bool note_skip();
 
   LearnerLoopOptions options_;
-  MpiTransport& transport_;
+  Transport& transport_;
   std::shared_ptr<Communicator> communicator_;
   Learner& learner_;
   EpisodeCodec codec_;
@@ -117,6 +122,12 @@ class LearnerLoop {
   std::unique_ptr<StagedWeightSender> staged_weights_;  // learner 0 with options_.weight_broadcast
   LearnerStats stats_;
 };
+
+// Why a max_policy_lag cannot work with a weight_sync_interval, or "" when it can: the
+// actors act with weights up to interval - 1 versions old, so a smaller positive limit
+// would drop every episode until the next sync, which never comes (the learner waits for
+// a batch). Checked by TrainConfig and LearnerLoop.
+std::string policy_lag_problem(int64_t max_policy_lag, int64_t weight_sync_interval);
 
 // CRC-32 of the parameters' float32 bytes, as 8 hex digits: equal weights, equal checksums.
 std::string parameter_checksum(torch::nn::Module& module);

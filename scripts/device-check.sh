@@ -67,6 +67,7 @@ else
   train_steps=500000
 fi
 
+export mode device build python bench_grid train_steps out
 log() { echo "[device-check] $*" | tee -a "$out/device-check.log"; }
 
 # run_step NAME ESTIMATE_S TIMEOUT_S COMMAND...: runs COMMAND under `timeout` with its output
@@ -78,7 +79,9 @@ run_step() {
   local start status
   start=$(date +%s.%N)
   set +e
-  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  # `timeout` runs programs, not this script's functions: the step's function goes along
+  # as text into a bash of its own, with the settings exported below.
+  timeout --kill-after=10 "$limit" bash -c "set -euo pipefail; $(declare -f "$1"); $*" >"$out/$name.log" 2>&1
   local code=$?
   set -e
   local seconds

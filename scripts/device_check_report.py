@@ -49,13 +49,13 @@ def device_bench_rows(bench):
 
 
 def collectives_rows(bench):
-    rows = []
-    for key, value in bench.items():
-        if isinstance(value, list):
-            for r in value:
-                label = ", ".join(f"{k}={v}" for k, v in r.items() if not isinstance(v, float))
-                figures = ", ".join(f"{k} {v:.3g}" for k, v in r.items() if isinstance(v, float))
-                rows.append((f"{key} {label}", figures, "none"))
+    where = f"{bench.get('transport', '?')}, {bench.get('ranks', '?')} rank(s)"
+    rows = [(f"all-reduce / broadcast {r['bytes']} B ({where})",
+             f"{r['all_reduce_us']:.1f} / {r['broadcast_us']:.1f} us, busbw {r['all_reduce_busbw_gbps']:.3g} / "
+             f"{r['broadcast_busbw_gbps']:.3g} GB/s", "none") for r in bench.get("rows", [])]
+    rows += [(f"learner step, buckets of {r['bucket_bytes']} B ({where})",
+              f"{r['after_backward_ms']:.1f} ms mean after backward, {r['overlapped_ms']:.1f} ms overlapped", "none")
+             for r in bench.get("overlap", {}).get("rows", [])]
     return rows
 
 
