@@ -27,23 +27,13 @@
 #endif
 #include "common/process_signals.h"
 #include "learner/checkpoint.h"
+#include "launch/rank_report.h"
 #include "launch/run_setup.h"
 #include "launch/train_config.h"
 #include "learner/learner_loop.h"
 
 namespace kvrl {
 namespace {
-
-std::string json_counts(const std::map<std::string, int64_t>& counts) {
-  std::string out = "{";
-  for (const auto& [key, value] : counts) out += (out.size() > 1 ? ", " : "") + cat("\"", key, "\": ", value);
-  return out + "}";
-}
-std::string json_counts(const std::map<int, int64_t>& counts) {
-  std::map<std::string, int64_t> named;
-  for (const auto& [rank, value] : counts) named[std::to_string(rank)] = value;
-  return json_counts(named);
-}
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path);
@@ -369,22 +359,13 @@ int run_train(const std::vector<std::string>& args) {
       LearnerLoop loop(options, transport, communicator, learner, codec, logger);
       const LearnerStats stats = loop.run();
       exit_code = exit_code_for(stats.end);
-      stats_json = cat("{\"role\": \"learner\", \"rank\": ", rank, ", \"updates\": ", stats.updates,
-                       ", \"env_steps\": ", stats.env_steps, ", \"episodes_received\": ", stats.episodes_received,
-                       ", \"episodes_used\": ", stats.episodes_used, ", \"dropped\": ", json_counts(stats.dropped),
-                       ", \"received_from\": ", json_counts(stats.received_from),
-                       ", \"announced_by\": ", json_counts(stats.announced_by), ", \"lag_min\": ", stats.lag_min,
-                       ", \"lag_mean\": ", stats.lag_mean, ", \"lag_max\": ", stats.lag_max,
-                       ", \"mean_return\": ", stats.mean_return, ", \"wall_seconds\": ", stats.wall_seconds,
-                       ", \"resumed_from_update\": ", options.resumed.updates,
-                       ", \"skipped_updates\": ", stats.skipped_updates, ", \"exit_code\": ", exit_code,
-                       ", \"allreduce_buckets\": {\"started\": ", learner.allreduce_buckets(),
-                       ", \"during_backward\": ", learner.allreduce_buckets_during_backward(), "}",
-                       ", \"last_checkpoint\": \"", stats.last_checkpoint, "\"",
-                       ", \"parameter_checksum\": \"", stats.parameter_checksum, "\"}");
+      stats_json = learner_report_json(
+          rank, stats,
+          {options.resumed.updates, learner.allreduce_buckets(), learner.allreduce_buckets_during_backward()},
+          exit_code);
       if (rank == 0) {
         logger->info(cat("lag min/mean/max ", stats.lag_min, "/", stats.lag_mean, "/", stats.lag_max,
-                         ", dropped ", json_counts(stats.dropped)));
+                         ", dropped ", drop_counts_json(stats)));
         const std::string resume_hint =
             "; resume from " + stats.last_checkpoint + " with: kvrl train --resume " + run_dir.string();
         if (stats.end == RunEnd::kInterrupted) {
@@ -415,20 +396,7 @@ int run_train(const std::vector<std::string>& args) {
       ActorLoop loop(options, transport, model, env, codec, logger);
       const ActorStats stats = loop.run();
       exit_code = exit_code_for(stats.end);
-      std::string sent_to = "[";
-      for (size_t i = 0; i < stats.episodes_sent_to.size(); ++i) sent_to += (i ? ", " : "") + std::to_string(stats.episodes_sent_to[i]);
-      stats_json = cat("{\"role\": \"actor\", \"rank\": ", rank, ", \"env_steps\": ", stats.env_steps,
-                       ", \"episodes_sent\": ", stats.episodes_sent, ", \"episodes_sent_to\": ", sent_to, "]",
-                       ", \"weight_updates_applied\": ", stats.weight_updates_applied,
-                       ", \"cache_invalidations\": ", stats.cache_invalidations,
-                       ", \"context_steps_rebuilt\": ", stats.context_steps_rebuilt,
-                       ", \"contexts_restarted\": ", stats.contexts_restarted,
-                       ", \"graph_steps\": ", stats.graph_steps,
-                       ", \"policy_version\": ", stats.policy_version,
-                       ", \"partial_episodes_at_stop\": ", stats.partial_episodes_at_stop,
-                       ", \"unsent_episodes_at_stop\": ", stats.unsent_episodes_at_stop,
-                       ", \"asked_to_stop\": ", stats.asked_to_stop ? "true" : "false", ", \"exit_code\": ", exit_code,
-                       ", \"corrupt_messages_injected\": ", stats.corrupt_messages_injected, "}");
+      stats_json = actor_report_json(rank, stats, exit_code);
     }
     write_text(run_dir / cat("rank", rank, ".json"), stats_json + "\n");
     weight_broadcast.reset();

@@ -1,5 +1,6 @@
 #include "learner/run_reporter.h"
 
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,38 +24,6 @@ namespace {
 
 double unix_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-// JSON has no NaN or Inf: a skipped update's losses are reported as null.
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  std::ostringstream out;
-  out.precision(10);
-  out << value;
-  return out.str();
-}
-
-std::string json_ints(const std::vector<int>& values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + "]";
 }
 
 std::ofstream open_metrics_file(const std::filesystem::path& path, bool append) {
@@ -151,37 +120,42 @@ std::string RunReporter::prometheus_text(const RunSnapshot& s, const std::string
   return out.str();
 }
 
+// nlohmann::json writes NaN and Inf (a skipped update's losses) as null, as JSON must.
 std::string RunReporter::status_json(const RunSnapshot& s, const std::string& state) const {
-  std::ostringstream out;
-  out << "{\"state\": " << json_string(state) << ", \"config_hash\": " << json_string(config_hash_)
-      << ", \"algorithm\": " << json_string(identity_.algorithm) << ", \"ranks\": {\"world_size\": "
-      << identity_.world_size << ", \"learners\": " << json_ints(identity_.learners)
-      << ", \"actors\": " << json_ints(identity_.actors) << "}"
-      << ", \"versions\": {\"policy\": " << s.policy_version << ", \"checkpoint_format\": " << kCheckpointFormatVersion
-      << ", \"episode_wire_format\": " << EpisodeCodec::kVersion
-      << ", \"weights_wire_format\": " << WeightsCodec::kVersion << "}"
-      << ", \"counters\": {\"updates\": " << s.updates << ", \"env_steps\": " << s.env_steps
-      << ", \"episodes_used\": " << s.episodes_used << ", \"skipped_updates\": " << s.skipped_updates
-      << ", \"dropped\": {";
-  bool first = true;
-  for (const auto& [reason, count] : s.dropped) {
-    out << (first ? "" : ", ") << json_string(reason) << ": " << count;
-    first = false;
-  }
-  out << "}}, \"return_mean\": " << json_number(s.return_mean) << ", \"policy_lag_mean\": " << json_number(s.lag_mean)
-      << ", \"queue_depth\": " << s.queue_depth << ", \"env_steps_per_s\": " << json_number(s.env_steps_per_s)
-      << ", \"wall_seconds\": " << json_number(s.wall_seconds) << "}";
-  return out.str();
+  const nlohmann::json status = {
+      {"state", state},
+      {"config_hash", config_hash_},
+      {"algorithm", identity_.algorithm},
+      {"ranks", {{"world_size", identity_.world_size}, {"learners", identity_.learners}, {"actors", identity_.actors}}},
+      {"versions",
+       {{"policy", s.policy_version},
+        {"checkpoint_format", kCheckpointFormatVersion},
+        {"episode_wire_format", EpisodeCodec::kVersion},
+        {"weights_wire_format", WeightsCodec::kVersion}}},
+      {"counters",
+       {{"updates", s.updates},
+        {"env_steps", s.env_steps},
+        {"episodes_used", s.episodes_used},
+        {"skipped_updates", s.skipped_updates},
+        {"dropped", s.dropped}}},
+      {"return_mean", s.return_mean},
+      {"policy_lag_mean", s.lag_mean},
+      {"queue_depth", s.queue_depth},
+      {"env_steps_per_s", s.env_steps_per_s},
+      {"wall_seconds", s.wall_seconds},
+  };
+  return status.dump();
 }
 
 void RunReporter::record_update(const RunSnapshot& s) {
   const double now = unix_time();
   const auto values = scalars(s, identity_.algorithm);
   tensorboard_->write_scalars(s.env_steps, now, values);
-  jsonl_ << "{\"update\": " << s.updates << ", \"env_steps\": " << s.env_steps << ", \"wall_seconds\": "
-         << json_number(s.wall_seconds) << ", \"time\": " << json_number(now);
-  for (const auto& [tag, value] : values) jsonl_ << ", " << json_string(tag) << ": " << json_number(value);
-  jsonl_ << "}\n";
+  // Ordered as written: the counters first, then the scalars in their TensorBoard order.
+  nlohmann::ordered_json row = {{"update", s.updates}, {"env_steps", s.env_steps}, {"wall_seconds", s.wall_seconds},
+                                {"time", now}};
+  for (const auto& [tag, value] : values) row[tag] = value;
+  jsonl_ << row.dump() << '\n';
   jsonl_.flush();
   const UpdateStats& u = s.update;
   csv_ << s.env_steps << ',' << s.updates << ',' << s.wall_seconds << ',' << s.return_mean << ',' << u.policy_loss

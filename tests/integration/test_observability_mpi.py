@@ -278,3 +278,18 @@ def test_export_loads_into_torchrl_and_plays_like_kvrl(trained, tmp_path):
     kvrl_greedy, _, _, _ = evaluate(trained[0], "--episodes", "8", "--greedy")
     assert sum(returns) / 3 > 0.4 * kvrl_greedy, (returns, kvrl_greedy)
     assert sum(returns) / 3 > 60, returns
+
+
+def test_rank_reports_are_json_whatever_the_run_directory_is_called(tmp_path):
+    # A quote, a backslash and a non-ASCII letter: what a hand-written JSON writer gets wrong.
+    run_dir = tmp_path / 'run "quoted" back\\slash é'
+    result = train(3, PPO, f"run.dir={run_dir}", *SMALL, "run.max_updates=2", "checkpoint.interval_updates=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = [json.load(open(run_dir / f"rank{rank}.json", encoding="utf-8")) for rank in range(3)]
+    learner = reports[0]
+    assert learner["role"] == "learner" and learner["updates"] == 2
+    assert learner["last_checkpoint"].startswith(str(run_dir)), learner["last_checkpoint"]
+    assert os.path.exists(learner["last_checkpoint"])
+    assert [r["role"] for r in reports[1:]] == ["actor", "actor"]
+    assert sum(r["episodes_sent"] for r in reports[1:]) == learner["episodes_received"]
+    assert [row["update"] for row in jsonl(run_dir)] == [1, 2]

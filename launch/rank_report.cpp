@@ -1,0 +1,74 @@
+#include "launch/rank_report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "actor/actor_loop.h"
+#include "learner/learner_loop.h"
+
+namespace kvrl {
+namespace {
+
+// JSON object keys are strings: ranks become "1", "2", ...
+nlohmann::json by_rank(const std::map<int, int64_t>& counts) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [rank, count] : counts) out[std::to_string(rank)] = count;
+  return out;
+}
+
+}  // namespace
+
+std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras, int exit_code) {
+  const nlohmann::json report = {
+      {"role", "learner"},
+      {"rank", rank},
+      {"updates", stats.updates},
+      {"env_steps", stats.env_steps},
+      {"episodes_received", stats.episodes_received},
+      {"episodes_used", stats.episodes_used},
+      {"queued_steps_high_water", stats.queued_steps_high_water},
+      {"dropped", stats.dropped},
+      {"received_from", by_rank(stats.received_from)},
+      {"announced_by", by_rank(stats.announced_by)},
+      {"lag_min", stats.lag_min},
+      {"lag_mean", stats.lag_mean},
+      {"lag_max", stats.lag_max},
+      {"mean_return", stats.mean_return},
+      {"wall_seconds", stats.wall_seconds},
+      {"resumed_from_update", extras.resumed_from_update},
+      {"skipped_updates", stats.skipped_updates},
+      {"exit_code", exit_code},
+      {"allreduce_buckets",
+       {{"started", extras.allreduce_buckets_started}, {"during_backward", extras.allreduce_buckets_during_backward}}},
+      {"last_checkpoint", stats.last_checkpoint},
+      {"parameter_checksum", stats.parameter_checksum},
+  };
+  return report.dump();
+}
+
+std::string actor_report_json(int rank, const ActorStats& stats, int exit_code) {
+  const nlohmann::json report = {
+      {"role", "actor"},
+      {"rank", rank},
+      {"env_steps", stats.env_steps},
+      {"episodes_sent", stats.episodes_sent},
+      {"episodes_sent_to", stats.episodes_sent_to},
+      {"weight_updates_applied", stats.weight_updates_applied},
+      {"cache_invalidations", stats.cache_invalidations},
+      {"context_steps_rebuilt", stats.context_steps_rebuilt},
+      {"contexts_restarted", stats.contexts_restarted},
+      {"graph_steps", stats.graph_steps},
+      {"policy_version", stats.policy_version},
+      {"partial_episodes_at_stop", stats.partial_episodes_at_stop},
+      {"unsent_episodes_at_stop", stats.unsent_episodes_at_stop},
+      {"asked_to_stop", stats.asked_to_stop},
+      {"exit_code", exit_code},
+      {"corrupt_messages_injected", stats.corrupt_messages_injected},
+  };
+  return report.dump();
+}
+
+std::string drop_counts_json(const LearnerStats& stats) { return nlohmann::json(stats.dropped).dump(); }
+
+}  // namespace kvrl

@@ -1,0 +1,25 @@
+// RUN_DIR/rank<N>.json: what each rank reports at the end of `kvrl train`, as JSON that
+// any reader parses (every string escaped, e.g. a checkpoint path with quotes, backslashes
+// or non-ASCII letters).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvrl {
+
+struct ActorStats;
+struct LearnerStats;
+
+struct LearnerReportExtras {
+  int64_t resumed_from_update = 0;
+  int64_t allreduce_buckets_started = 0;
+  int64_t allreduce_buckets_during_backward = 0;
+};
+
+std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras, int exit_code);
+std::string actor_report_json(int rank, const ActorStats& stats, int exit_code);
+// {"reason": count, ...} of a learner's drops, for its log line.
+std::string drop_counts_json(const LearnerStats& stats);
+
+}  // namespace kvrl
