@@ -133,157 +133,173 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes) {
   return stats;
 }
 
+void Learner::train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of, UpdateStats& stats) {
+  int64_t computed_steps = 0;
+  int64_t computed_tokens = 0;
+  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
+  bool first = true;
+  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    const at::Tensor order = at::randperm(batch.rows(), generator, at::TensorOptions().dtype(at::kLong));
+    for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
+      const WindowRows rows_of(batch, minibatch_rows(order, minibatch, options_.minibatches));
+      computed_steps += rows_of.steps();
+      computed_tokens += rows_of.computed_tokens();
+      const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
+      const MinibatchLoss loss = loss_of(rows_of, window);
+      optimize(loss.policy, loss.value, loss.entropy, std::exchange(first, false), stats);
+    }
+  }
+  stats.packing_efficiency = static_cast<double>(computed_steps) / static_cast<double>(computed_tokens);
+  stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
+}
+
+namespace {
+
+// What PPO's minibatches train against, fixed at the batch's start.
+struct PpoTargets {
+  at::Tensor old_values, advantages, returns;
+  at::Tensor anchor_log_probs;   // the ratio's denominator
+  at::Tensor behaviour_weights;  // decoupled PPO only
+};
+
+// GAE is a backward scan per episode: done on the host, in one copy each way.
+at::Tensor episode_advantages(const WindowBatch& batch, const at::Tensor& values, const LearnerOptions& options) {
+  const at::Tensor host_values = values.to(at::kCPU);
+  const at::Tensor host_rewards = batch.rewards.to(at::kCPU);
+  at::Tensor host_advantages = at::zeros_like(host_values);
+  for (const EpisodeSlot& slot : batch.slots) {
+    const at::Tensor row_values = host_values[slot.row];
+    const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
+    host_advantages[slot.row].narrow(0, slot.offset, slot.length)
+        .copy_(generalized_advantages(host_rewards[slot.row].narrow(0, slot.offset, slot.length) * options.reward_scale,
+                                      row_values.narrow(0, slot.offset, slot.length), bootstrap, options.gamma,
+                                      options.gae_lambda));
+  }
+  return host_advantages.to(values.device());
+}
+
+}  // namespace
+
 UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
-  const at::Tensor& mask = batch.step_mask;
-  at::Tensor old_values, advantages, returns, anchor_log_probs, behaviour_weights;
   UpdateStats stats;
+  PpoTargets targets;
   {
     torch::NoGradGuard no_grad;
     const PolicyWindow start = model_->evaluate(batch.observations, batch.is_init);
-    old_values = start.values;
+    targets.old_values = start.values;
     if (options_.decoupled) {
-      anchor_log_probs = model_->log_prob(start, batch.actions);
-      behaviour_weights = (anchor_log_probs - batch.behaviour_log_probs).exp().clamp_max(options_.rho_bar);
-      const at::Tensor real_weights = behaviour_weights.masked_select(mask);
+      targets.anchor_log_probs = model_->log_prob(start, batch.actions);
+      targets.behaviour_weights =
+          (targets.anchor_log_probs - batch.behaviour_log_probs).exp().clamp_max(options_.rho_bar);
+      const at::Tensor real_weights = targets.behaviour_weights.masked_select(batch.step_mask);
       stats.rho_mean = real_weights.mean().item<double>();
       stats.rho_max = real_weights.max().item<double>();
     } else {
-      anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
+      targets.anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
     }
-    // GAE is a backward scan per episode: done on the host, in one copy each way.
-    const at::Tensor host_values = old_values.to(at::kCPU);
-    const at::Tensor host_rewards = batch.rewards.to(at::kCPU);
-    at::Tensor host_advantages = at::zeros_like(host_values);
-    for (const EpisodeSlot& slot : batch.slots) {
-      const at::Tensor row_values = host_values[slot.row];
-      const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
-      host_advantages[slot.row].narrow(0, slot.offset, slot.length)
-          .copy_(generalized_advantages(host_rewards[slot.row].narrow(0, slot.offset, slot.length) * options_.reward_scale,
-                                        row_values.narrow(0, slot.offset, slot.length), bootstrap, options_.gamma,
-                                        options_.gae_lambda));
-    }
-    advantages = host_advantages.to(old_values.device());
-    returns = advantages + old_values;
-    const at::Tensor real = advantages.masked_select(mask);
+    const at::Tensor advantages = episode_advantages(batch, targets.old_values, options_);
+    targets.returns = advantages + targets.old_values;
+    const at::Tensor real = advantages.masked_select(batch.step_mask);
     const double std = real.numel() > 1 ? real.std().item<double>() : 1.0;
-    advantages = (advantages - real.mean()) / (std + 1e-8);
+    targets.advantages = (advantages - real.mean()) / (std + 1e-8);
   }
-
-  const int64_t rows = batch.rows();
-  int64_t computed_steps = 0;
-  int64_t computed_tokens = 0;
-  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
-  bool first = true;
-  const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
-  at::Tensor kl_sum = at::zeros({}, old_values.options());
-  at::Tensor clip_sum = at::zeros({}, old_values.options());
-  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
-    const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
-    for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      const WindowRows rows_of(batch, minibatch_rows(order, minibatch, options_.minibatches));
-      computed_steps += rows_of.steps();
-      computed_tokens += rows_of.computed_tokens();
-      const at::Tensor mb_mask = rows_of(mask);
-      const at::Tensor mb_advantages = rows_of(advantages);
-      const at::Tensor mb_returns = rows_of(returns);
-      const at::Tensor mb_old_values = rows_of(old_values);
-      const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
-      const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
-      const at::Tensor log_ratio = log_probs - rows_of(anchor_log_probs);
-      const at::Tensor ratio = log_ratio.exp();
-      at::Tensor surrogate = at::min(ratio * mb_advantages,
-                                     ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * mb_advantages);
-      if (behaviour_weights.defined()) surrogate = rows_of(behaviour_weights) * surrogate;
-      const at::Tensor policy_loss = -masked_mean(surrogate, mb_mask);
-      at::Tensor value_error = (window.values - mb_returns).pow(2);
-      if (options_.value_clip > 0) {
-        const at::Tensor clipped =
-            mb_old_values + (window.values - mb_old_values).clamp(-options_.value_clip, options_.value_clip);
-        value_error = at::max(value_error, (clipped - mb_returns).pow(2));
-      }
-      const at::Tensor value_loss = 0.5 * masked_mean(value_error, mb_mask);
-      const at::Tensor entropy = masked_mean(model_->entropy(window), mb_mask);
-      optimize(policy_loss, value_loss, entropy, std::exchange(first, false), stats);
-      // KL and clip fraction averaged over every optimizer step, since the first one is 0
-      // by construction for decoupled PPO.
-      torch::NoGradGuard no_grad;
-      // k3 estimator of KL(anchor || pi), and how often the ratio was clipped; summed on
-      // the device and read once per update.
-      kl_sum += masked_mean((ratio - 1) - log_ratio, mb_mask);
-      clip_sum += masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mb_mask);
+  at::Tensor kl_sum = at::zeros({}, targets.old_values.options());
+  at::Tensor clip_sum = at::zeros({}, targets.old_values.options());
+  const auto loss_of = [&](const WindowRows& rows_of, const PolicyWindow& window) {
+    const at::Tensor mask = rows_of(batch.step_mask);
+    const at::Tensor advantages = rows_of(targets.advantages);
+    const at::Tensor returns = rows_of(targets.returns);
+    const at::Tensor old_values = rows_of(targets.old_values);
+    const at::Tensor log_ratio = model_->log_prob(window, rows_of(batch.actions)) - rows_of(targets.anchor_log_probs);
+    const at::Tensor ratio = log_ratio.exp();
+    at::Tensor surrogate = at::min(ratio * advantages,
+                                   ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * advantages);
+    if (targets.behaviour_weights.defined()) surrogate = rows_of(targets.behaviour_weights) * surrogate;
+    at::Tensor value_error = (window.values - returns).pow(2);
+    if (options_.value_clip > 0) {
+      const at::Tensor clipped =
+          old_values + (window.values - old_values).clamp(-options_.value_clip, options_.value_clip);
+      value_error = at::max(value_error, (clipped - returns).pow(2));
     }
-  }
+    {
+      // k3 estimator of KL(anchor || pi) and how often the ratio was clipped, averaged
+      // over every optimizer step (the first is 0 by construction for decoupled PPO);
+      // summed on the device and read once per update.
+      torch::NoGradGuard no_grad;
+      kl_sum += masked_mean((ratio - 1) - log_ratio, mask);
+      clip_sum += masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mask);
+    }
+    return MinibatchLoss{-masked_mean(surrogate, mask), 0.5 * masked_mean(value_error, mask),
+                         masked_mean(model_->entropy(window), mask)};
+  };
+  train_on_minibatches(batch, loss_of, stats);
+  const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
   stats.approx_kl = kl_sum.item<double>() / optimizer_steps;
   stats.clip_fraction = clip_sum.item<double>() / optimizer_steps;
-  stats.packing_efficiency = static_cast<double>(computed_steps) / static_cast<double>(computed_tokens);
-  stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
   return stats;
 }
 
+namespace {
+
+struct VTraceMinibatchTargets {
+  at::Tensor vs, pg_advantages, clipped_rhos;  // [rows, T], on the host
+};
+
+// V-trace is a backward scan per episode: done on the host, in one copy each way, with
+// the minibatch's current values (so each optimizer step has fresh targets).
+VTraceMinibatchTargets vtrace_minibatch_targets(const WindowBatch& batch, const WindowRows& rows_of,
+                                                const at::Tensor& values, const at::Tensor& log_probs,
+                                                const std::vector<std::vector<const EpisodeSlot*>>& slots_of_row,
+                                                const LearnerOptions& options) {
+  torch::NoGradGuard no_grad;
+  const at::Tensor host_values = values.detach().to(at::kCPU);
+  VTraceMinibatchTargets out{at::zeros_like(host_values), at::zeros_like(host_values), at::zeros_like(host_values)};
+  const at::Tensor log_rhos = (log_probs.detach() - rows_of(batch.behaviour_log_probs)).to(at::kCPU);
+  const at::Tensor rewards = rows_of(batch.rewards).to(at::kCPU);
+  const auto picked = rows_of.host_index().accessor<int64_t, 1>();
+  for (int64_t position = 0; position < picked.size(0); ++position) {
+    for (const EpisodeSlot* slot : slots_of_row[picked[position]]) {
+      const double bootstrap = slot->terminated ? 0.0 : host_values[position][slot->offset + slot->length].item<double>();
+      auto steps = [&](const at::Tensor& t) { return t[position].narrow(0, slot->offset, slot->length); };
+      const VTraceTargets targets = vtrace_targets(steps(rewards) * options.reward_scale, steps(host_values), bootstrap,
+                                                   steps(log_rhos), options.gamma, options.rho_bar, options.c_bar);
+      steps(out.vs).copy_(targets.vs);
+      steps(out.pg_advantages).copy_(targets.pg_advantages);
+      steps(out.clipped_rhos).copy_(targets.clipped_rhos);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
+// V-trace targets with the current values: more learning per env step than IMPALA's
+// single pass, and with one epoch and one minibatch it is exactly that single pass.
 UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
   UpdateStats stats;
-  int64_t computed_steps = 0;
-  int64_t computed_tokens = 0;
-  // Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
-  // V-trace targets with the current values: more learning per env step than IMPALA's
-  // single pass, and with one epoch and one minibatch it is exactly that single pass.
-  const int64_t rows = batch.rows();
-  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
-  const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
-  bool first = true;
-  std::vector<std::vector<const EpisodeSlot*>> slots_of_row(rows);
+  std::vector<std::vector<const EpisodeSlot*>> slots_of_row(batch.rows());
   for (const EpisodeSlot& slot : batch.slots) slots_of_row[slot.row].push_back(&slot);
-  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
-    const at::Tensor order = at::randperm(rows, generator, at::TensorOptions().dtype(at::kLong));
-    for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
-      const WindowRows rows_of(batch, minibatch_rows(order, minibatch, options_.minibatches));
-      computed_steps += rows_of.steps();
-      computed_tokens += rows_of.computed_tokens();
-      const at::Tensor mask = rows_of(batch.step_mask);
-      const at::Tensor actions = rows_of(batch.actions);
-      const PolicyWindow window = model_->evaluate(rows_of(batch.observations), rows_of(batch.is_init));
-      const at::Tensor log_probs = model_->log_prob(window, actions);
-      // V-trace is a backward scan per episode: done on the host, in one copy each way.
-      const at::Tensor values = window.values.detach().to(at::kCPU);
-      at::Tensor vs = at::zeros_like(values);
-      at::Tensor pg_advantages = at::zeros_like(values);
-      at::Tensor rhos = at::zeros_like(values);
-      {
-        torch::NoGradGuard no_grad;
-        const at::Tensor log_rhos = (log_probs.detach() - rows_of(batch.behaviour_log_probs)).to(at::kCPU);
-        const at::Tensor rewards = rows_of(batch.rewards).to(at::kCPU);
-        const auto picked = rows_of.host_index().accessor<int64_t, 1>();
-        for (int64_t position = 0; position < picked.size(0); ++position) {
-          for (const EpisodeSlot* slot_in_row : slots_of_row[picked[position]]) {
-            const EpisodeSlot& slot = *slot_in_row;
-            const double bootstrap = slot.terminated ? 0.0 : values[position][slot.offset + slot.length].item<double>();
-            auto steps = [&](const at::Tensor& t) { return t[position].narrow(0, slot.offset, slot.length); };
-            const VTraceTargets targets =
-                vtrace_targets(steps(rewards) * options_.reward_scale, steps(values), bootstrap, steps(log_rhos),
-                               options_.gamma, options_.rho_bar, options_.c_bar);
-            steps(vs).copy_(targets.vs);
-            steps(pg_advantages).copy_(targets.pg_advantages);
-            steps(rhos).copy_(targets.clipped_rhos);
-          }
-        }
-      }
-      vs = vs.to(mask.device());
-      pg_advantages = pg_advantages.to(mask.device());
-      rhos = rhos.to(mask.device());
-      const at::Tensor policy_loss = -masked_mean(log_probs * pg_advantages, mask);
-      const at::Tensor value_loss = 0.5 * masked_mean((window.values - vs).pow(2), mask);
-      const at::Tensor entropy = masked_mean(model_->entropy(window), mask);
-      optimize(policy_loss, value_loss, entropy, std::exchange(first, false), stats);
+  const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
+  const auto loss_of = [&](const WindowRows& rows_of, const PolicyWindow& window) {
+    const at::Tensor mask = rows_of(batch.step_mask);
+    const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
+    const VTraceMinibatchTargets targets =
+        vtrace_minibatch_targets(batch, rows_of, window.values, log_probs, slots_of_row, options_);
+    const at::Tensor vs = targets.vs.to(mask.device());
+    const at::Tensor pg_advantages = targets.pg_advantages.to(mask.device());
+    {
       torch::NoGradGuard no_grad;
-      const at::Tensor real_rhos = rhos.masked_select(mask);
+      const at::Tensor real_rhos = targets.clipped_rhos.to(mask.device()).masked_select(mask);
       stats.rho_mean += real_rhos.mean().item<double>() / optimizer_steps;
       stats.rho_max = std::max(stats.rho_max, real_rhos.max().item<double>());
     }
-  }
-  stats.packing_efficiency = static_cast<double>(computed_steps) / static_cast<double>(computed_tokens);
-  stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
+    return MinibatchLoss{-masked_mean(log_probs * pg_advantages, mask), 0.5 * masked_mean((window.values - vs).pow(2), mask),
+                         masked_mean(model_->entropy(window), mask)};
+  };
+  train_on_minibatches(batch, loss_of, stats);
   return stats;
 }
 

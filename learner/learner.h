@@ -7,6 +7,7 @@
 
 #include <torch/optim/adam.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,9 @@
 #include "learner/gradient_reducer.h"
 
 namespace kvrl {
+
+struct WindowBatch;
+class WindowRows;
 
 struct LearnerOptions {
   std::string algorithm = "ppo";  // "ppo" or "vtrace"
@@ -93,6 +97,17 @@ class Learner {
                 bool first_step, UpdateStats& stats);
   UpdateStats update_ppo(const std::vector<Episode>& episodes);
   UpdateStats update_vtrace(const std::vector<Episode>& episodes);
+
+  // One minibatch's loss terms, as the algorithm computes them from its rows and the
+  // model's window over them (which carries the gradient).
+  struct MinibatchLoss {
+    at::Tensor policy, value, entropy;
+  };
+  using MinibatchLossFn = std::function<MinibatchLoss(const WindowRows& rows, const PolicyWindow& window)>;
+  // The loop PPO and V-trace share: `epochs` passes over the batch's rows, each shuffled
+  // into `minibatches` minibatches, one optimizer step per minibatch; fills the stats that
+  // do not depend on the algorithm.
+  void train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of, UpdateStats& stats);
 
   std::shared_ptr<ActorCritic> model_;
   LearnerOptions options_;
