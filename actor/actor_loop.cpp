@@ -181,38 +181,119 @@ void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& 
   }
 }
 
-ActorStats ActorLoop::run() {
-  const int64_t obs_size = env_.observation_size();
-  const int64_t act_size = env_.action_size();
-  const int64_t rank = transport_.rank();
-  const uint64_t sampling_seed = options_.seed * 1000003 + static_cast<uint64_t>(rank);
-  const bool on_gpu = options_.device.is_cuda();
-  // Sampling runs where the policy runs: the GPU's generator, seeded the same way.
-  at::Generator generator = on_gpu ? at::globalContext().defaultGenerator(options_.device)
-                                   : at::detail::createCPUGenerator(sampling_seed);
-  if (on_gpu) generator.set_current_seed(sampling_seed);
-  uint64_t next_episode_id = 0;
-  for (int64_t i = 0; i < env_.num_envs(); ++i) open_.push_back(empty_episode(rank, next_episode_id++, obs_size, act_size));
+// Sampling runs where the policy runs: on a GPU its own generator, seeded the same way.
+at::Generator ActorLoop::sampling_generator() const {
+  const uint64_t seed = options_.seed * 1000003 + static_cast<uint64_t>(transport_.rank());
+  if (!options_.device.is_cuda()) return at::detail::createCPUGenerator(seed);
+  at::Generator generator = at::globalContext().defaultGenerator(options_.device);
+  generator.set_current_seed(seed);
+  return generator;
+}
 
-  auto all_stopped = [&] { return std::all_of(learner_stopped_.begin(), learner_stopped_.end(), [](bool s) { return s; }); };
+bool ActorLoop::all_learners_stopped() const {
+  return std::all_of(learner_stopped_.begin(), learner_stopped_.end(), [](bool stopped) { return stopped; });
+}
+
+// A stop signal: ask the learners to end the run, once.
+void ActorLoop::forward_stop_request() {
+  if (!stop_requested() || stats_.asked_to_stop) return;
+  stats_.asked_to_stop = true;
+  logger_->warn("received " + signal_name(stop_requested()) + ": asking the learners to stop the run");
+  for (int learner : options_.learner_ranks) transport_.send(learner, MessageTag::kStopRequest, {});
+}
+
+// The policy's step for the current observations, with what the episode records back on
+// the host in one device-to-host copy.
+PolicyStep ActorLoop::act(const std::vector<uint8_t>& init, at::Generator& generator) {
+  const int64_t obs_size = env_.observation_size();
+  const at::Tensor observations =
+      at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat)
+          .to(options_.device);
+  const at::Tensor is_init =
+      at::from_blob(const_cast<uint8_t*>(init.data()), {env_.num_envs()}, at::kBool).to(options_.device);
+  PolicyStep step = model_->act(observations, is_init, generator);
+  stats_.graph_steps += model_->trunk().stepped_from_graph() ? 1 : 0;
+  if (options_.device.is_cuda()) {
+    const int64_t act_size = env_.action_size();
+    const at::Tensor host = at::cat({step.actions, step.log_probs.unsqueeze(1), step.values.unsqueeze(1)}, 1)
+                                .to(at::kCPU, at::kFloat);
+    step.actions = host.narrow(1, 0, act_size).contiguous();
+    step.log_probs = host.select(1, act_size).contiguous();
+    step.values = host.select(1, act_size + 1).contiguous();
+  }
+  return step;
+}
+
+// Records the step's outcome in every open episode and moves the finished ones to the outbox.
+void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
+  const int64_t obs_size = env_.observation_size();
+  for (int64_t i = 0; i < env_.num_envs(); ++i) {
+    Episode& e = open_[i];
+    e.rewards.push_back(static_cast<float>(env_.rewards()[i]));
+    e.terminated.push_back(env_.terminated()[i]);
+    e.truncated.push_back(env_.truncated()[i]);
+    if (env_.terminated()[i] || env_.truncated()[i]) {
+      e.final_observation.assign(env_.final_observations().begin() + i * obs_size,
+                                 env_.final_observations().begin() + (i + 1) * obs_size);
+      outbox_.push_back(std::move(e));
+      e = empty_episode(transport_.rank(), next_episode_id++, obs_size, env_.action_size());
+    }
+  }
+}
+
+void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id, std::vector<float>& actions) {
+  std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
+  if (contexts_restarted_) {
+    stats_.contexts_restarted += std::count(init.begin(), init.end(), uint8_t{0});
+    std::fill(init.begin(), init.end(), uint8_t{1});
+  }
+  contexts_restarted_ = false;
+  const PolicyStep step = act(init, generator);
+  record_step(step, init);
+  std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
+  env_.step(actions);
+  stats_.env_steps += env_.num_envs();
+  record_outcomes(next_episode_id);
+}
+
+// Every learner has stopped: count what was left, join the announced broadcasts, then tell
+// each learner how many episodes to expect and let the sends finish.
+void ActorLoop::finish() {
+  for (const Episode& e : open_) stats_.partial_episodes_at_stop += e.length() > 0 ? 1 : 0;
+  stats_.unsent_episodes_at_stop = static_cast<int64_t>(outbox_.size());
+  // Learner 0 waits in every broadcast it announced until each actor has joined it.
+  while (staged_weights_ && staged_weights_->outstanding() > 0) {
+    drain();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (size_t i = 0; i < options_.learner_ranks.size(); ++i) {
+    std::vector<uint8_t> count(sizeof(int64_t));
+    std::memcpy(count.data(), &stats_.episodes_sent_to[i], sizeof(int64_t));
+    transport_.send(options_.learner_ranks[i], MessageTag::kActorDone, std::move(count));
+  }
+  transport_.flush();
+}
+
+ActorStats ActorLoop::run() {
+  at::Generator generator = sampling_generator();
+  uint64_t next_episode_id = 0;
+  for (int64_t i = 0; i < env_.num_envs(); ++i) {
+    open_.push_back(empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size()));
+  }
   // Act only with the learners' weights: wait for version 0.
-  while (stats_.policy_version < 0 && !all_stopped()) {
+  while (stats_.policy_version < 0 && !all_learners_stopped()) {
     drain();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   logger_->info(cat("acting with policy version ", stats_.policy_version, " on ", env_.num_envs(), " x ",
                     env_.env(0).name()));
   env_.reset();
-  std::vector<float> actions(env_.num_envs() * act_size);
+  std::vector<float> actions(env_.num_envs() * env_.action_size());
   int64_t vector_steps = 0;
-  while (!all_stopped()) {
+  while (!all_learners_stopped()) {
     drain();
-    if (all_stopped()) break;
-    if (stop_requested() && !stats_.asked_to_stop) {
-      stats_.asked_to_stop = true;
-      logger_->warn("received " + signal_name(stop_requested()) + ": asking the learners to stop the run");
-      for (int learner : options_.learner_ranks) transport_.send(learner, MessageTag::kStopRequest, {});
-    }
+    if (all_learners_stopped()) break;
+    forward_stop_request();
     if (stats_.asked_to_stop) {  // wait for the learners' stop, acting no more
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       continue;
@@ -222,57 +303,9 @@ ActorStats ActorLoop::run() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       continue;
     }
-    const at::Tensor observations =
-        at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat)
-            .to(options_.device);
-    std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
-    if (contexts_restarted_) {
-      stats_.contexts_restarted += std::count(init.begin(), init.end(), uint8_t{0});
-      std::fill(init.begin(), init.end(), uint8_t{1});
-    }
-    contexts_restarted_ = false;
-    const at::Tensor is_init = at::from_blob(init.data(), {env_.num_envs()}, at::kBool).to(options_.device);
-    PolicyStep step = model_->act(observations, is_init, generator);
-    stats_.graph_steps += model_->trunk().stepped_from_graph() ? 1 : 0;
-    if (on_gpu) {
-      // One device-to-host copy for everything the episode records.
-      const at::Tensor host = at::cat({step.actions, step.log_probs.unsqueeze(1), step.values.unsqueeze(1)}, 1)
-                                  .to(at::kCPU, at::kFloat);
-      step.actions = host.narrow(1, 0, act_size).contiguous();
-      step.log_probs = host.select(1, act_size).contiguous();
-      step.values = host.select(1, act_size + 1).contiguous();
-    }
-    record_step(step, init);
-    std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
-    env_.step(actions);
-    stats_.env_steps += env_.num_envs();
-    for (int64_t i = 0; i < env_.num_envs(); ++i) {
-      Episode& e = open_[i];
-      e.rewards.push_back(static_cast<float>(env_.rewards()[i]));
-      e.terminated.push_back(env_.terminated()[i]);
-      e.truncated.push_back(env_.truncated()[i]);
-      if (env_.terminated()[i] || env_.truncated()[i]) {
-        e.final_observation.assign(env_.final_observations().begin() + i * obs_size,
-                                   env_.final_observations().begin() + (i + 1) * obs_size);
-        outbox_.push_back(std::move(e));
-        e = empty_episode(rank, next_episode_id++, obs_size, act_size);
-      }
-    }
+    step_environments(generator, next_episode_id, actions);
   }
-  for (const Episode& e : open_) stats_.partial_episodes_at_stop += e.length() > 0 ? 1 : 0;
-  stats_.unsent_episodes_at_stop = static_cast<int64_t>(outbox_.size());
-  // Learner 0 waits in every broadcast it announced until each actor has joined it.
-  while (staged_weights_ && staged_weights_->outstanding() > 0) {
-    drain();
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  // Every learner has stopped; tell each how many episodes to expect, then let the sends finish.
-  for (size_t i = 0; i < options_.learner_ranks.size(); ++i) {
-    std::vector<uint8_t> count(sizeof(int64_t));
-    std::memcpy(count.data(), &stats_.episodes_sent_to[i], sizeof(int64_t));
-    transport_.send(options_.learner_ranks[i], MessageTag::kActorDone, std::move(count));
-  }
-  transport_.flush();
+  finish();
   return stats_;
 }
 

@@ -76,6 +76,14 @@ class ActorLoop {
   // Handles every message waiting, then lets a staged broadcast progress.
   void drain();
   bool ship_outbox();  // returns whether everything was sent
+  // The steps of run().
+  at::Generator sampling_generator() const;
+  bool all_learners_stopped() const;
+  void forward_stop_request();
+  void step_environments(at::Generator& generator, uint64_t& next_episode_id, std::vector<float>& actions);
+  PolicyStep act(const std::vector<uint8_t>& init, at::Generator& generator);
+  void record_outcomes(uint64_t& next_episode_id);
+  void finish();
 
   ActorLoopOptions options_;
   Transport& transport_;

@@ -226,120 +226,120 @@ bool LearnerLoop::note_skip() {
   return consecutive_skips_ >= options_.max_consecutive_skips;
 }
 
-LearnerStats LearnerLoop::run() {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto last_log = start;
-  int64_t steps_at_last_log = stats_.env_steps, updates_at_last_log = stats_.updates;
-  const bool root = communicator_->rank() == 0;
-  const int learners = communicator_->size();
-  const int64_t share = (options_.steps_per_update + learners - 1) / learners;
+double LearnerLoop::elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  auto last_checkpoint_time = start;
-  auto last_update_time = start;
-  checkpointed_update_ = options_.resumed.updates > 0 ? options_.resumed.updates : -1;
-  learner_.synchronize_parameters();
-  if (root) send_weights();
-  while (true) {
-    while (auto message = transport_.poll()) receive(*message, /*stopping=*/false);
-    // One collective per poll says both whether every learner holds its share and whether
-    // any was asked to stop: a stop vote outweighs all the ready votes together.
-    const bool asked_to_stop = stop_requested() != 0 || stop_requested_by_ >= 0;
-    const double votes =
-        communicator_->all_reduce_sum((queued_steps_ >= share ? 1.0 : 0.0) + (asked_to_stop ? learners + 1.0 : 0.0));
-    if (votes > learners) {  // any learner that was asked to stop stops them all, at the same update
-      stats_.end = RunEnd::kInterrupted;
-      stats_.end_reason = stop_requested() ? "this rank received " + signal_name(stop_requested())
-                          : stop_requested_by_ >= 0 ? cat("actor rank ", stop_requested_by_, " asked to stop")
-                                                    : "another learner was asked to stop";
-      break;
-    }
-    // Checked before an update too: a run resumed at its budget makes no update. Every
-    // learner holds the same counters, so they all break here together.
-    const bool budget_spent = stats_.env_steps >= options_.total_env_steps ||
-                              (options_.max_updates > 0 && stats_.updates >= options_.max_updates);
-    if (budget_spent) break;
-    const bool all_ready = votes == learners;
-    if (all_ready) {
-      options_.faults.fail_if_due(stats_.updates + 1, *logger_);
-      std::vector<Episode> batch = take_share(share);
-      // Credit counts queued steps: returned as the batch leaves the queue, so actors
-      // collect the next batch while this one trains (returned after the update, the
-      // two would take turns whenever the credit is about one batch).
-      for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
-      double batch_lag_sum = 0;
-      batch_lag_max_ = 0;
-      for (const Episode& e : batch) {
-        const double lag = static_cast<double>(policy_version_ - e.oldest_policy_version());
-        stats_.lag_min = std::min(stats_.lag_min, lag);
-        stats_.lag_max = std::max(stats_.lag_max, lag);
-        lag_sum_ += lag;
-        ++lag_count_;
-        batch_lag_sum += lag;
-        batch_lag_max_ = std::max(batch_lag_max_, lag);
-        recent_returns_.push_back(e.episode_return());
-        recent_lengths_.push_back(static_cast<double>(e.length()));
-        if (recent_returns_.size() > 100) recent_returns_.pop_front();
-        if (recent_lengths_.size() > 100) recent_lengths_.pop_front();
-      }
-      batch_lag_mean_ = batch.empty() ? 0.0 : batch_lag_sum / static_cast<double>(batch.size());
-      if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
-      stats_.last_update = learner_.update(batch);
-      ++policy_version_;
-      // Episodes that waited in the queue may now lag more than max_policy_lag too.
-      drop_stale_queued_episodes();
-      ++stats_.updates;
-      stats_.episodes_used += static_cast<int64_t>(batch.size());
-      stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
-      if (stats_.last_update.skipped) {
-        if (note_skip()) {
-          stats_.end = RunEnd::kNonFinite;
-          stats_.end_reason = cat(consecutive_skips_, " consecutive updates (", last_finite_update_ + 1, " to ",
-                                  stats_.updates, ") had a NaN or Inf loss or gradient; the parameters are still "
-                                  "finite, those of update ", last_finite_update_);
-          break;
-        }
-      } else {
-        consecutive_skips_ = 0;
-        last_finite_update_ = stats_.updates;
-      }
-      if (root && stats_.updates % options_.weight_sync_interval == 0) send_weights();
-      const auto now = Clock::now();
-      const double since_last_update = std::chrono::duration<double>(now - last_update_time).count();
-      last_update_time = now;
-      if (since_last_update > 0) {
-        env_steps_per_s_ = static_cast<double>(stats_.last_update.steps) * learners / since_last_update;
-        updates_per_s_ = 1.0 / since_last_update;
-      }
-      if (options_.reporter) options_.reporter->record_update(snapshot(elapsed()));
-      if (stats_.updates - std::max<int64_t>(checkpointed_update_, 0) >= options_.checkpoint_interval_updates ||
-          std::chrono::duration<double>(now - last_checkpoint_time).count() >= options_.checkpoint_interval_s) {
-        save_checkpoint(elapsed());
-        last_checkpoint_time = now;
-      }
-    }
-    const auto now = Clock::now();
-    if (options_.reporter && std::chrono::duration<double>(now - last_log).count() >= options_.log_interval_s) {
-      // The progress line's rates are over the interval; the per-update ones are noisier.
-      const double seconds = std::chrono::duration<double>(now - last_log).count();
-      RunSnapshot line = snapshot(elapsed());
-      line.env_steps_per_s = static_cast<double>(stats_.env_steps - steps_at_last_log) / seconds;
-      line.updates_per_s = static_cast<double>(stats_.updates - updates_at_last_log) / seconds;
-      options_.reporter->show_progress(line);
-      last_log = now;
-      steps_at_last_log = stats_.env_steps;
-      updates_at_last_log = stats_.updates;
-    }
-    if (!all_ready) std::this_thread::sleep_for(std::chrono::microseconds(500));
+// One collective per poll says both whether every learner holds its share and whether
+// any was asked to stop: a stop vote outweighs all the ready votes together.
+double LearnerLoop::cast_votes(int64_t share) {
+  const double learners = communicator_->size();
+  const bool asked_to_stop = stop_requested() != 0 || stop_requested_by_ >= 0;
+  return communicator_->all_reduce_sum((queued_steps_ >= share ? 1.0 : 0.0) + (asked_to_stop ? learners + 1.0 : 0.0));
+}
+
+void LearnerLoop::note_interruption() {
+  stats_.end = RunEnd::kInterrupted;
+  stats_.end_reason = stop_requested() ? "this rank received " + signal_name(stop_requested())
+                      : stop_requested_by_ >= 0 ? cat("actor rank ", stop_requested_by_, " asked to stop")
+                                                : "another learner was asked to stop";
+}
+
+// Checked before an update too: a run resumed at its budget makes no update. Every learner
+// holds the same counters, so they all stop together.
+bool LearnerLoop::budget_spent() const {
+  return stats_.env_steps >= options_.total_env_steps ||
+         (options_.max_updates > 0 && stats_.updates >= options_.max_updates);
+}
+
+void LearnerLoop::record_batch(const std::vector<Episode>& batch) {
+  double batch_lag_sum = 0;
+  batch_lag_max_ = 0;
+  for (const Episode& e : batch) {
+    const double lag = static_cast<double>(policy_version_ - e.oldest_policy_version());
+    stats_.lag_min = std::min(stats_.lag_min, lag);
+    stats_.lag_max = std::max(stats_.lag_max, lag);
+    lag_sum_ += lag;
+    ++lag_count_;
+    batch_lag_sum += lag;
+    batch_lag_max_ = std::max(batch_lag_max_, lag);
+    recent_returns_.push_back(e.episode_return());
+    recent_lengths_.push_back(static_cast<double>(e.length()));
+    if (recent_returns_.size() > 100) recent_returns_.pop_front();
+    if (recent_lengths_.size() > 100) recent_lengths_.pop_front();
   }
+  batch_lag_mean_ = batch.empty() ? 0.0 : batch_lag_sum / static_cast<double>(batch.size());
+}
 
+bool LearnerLoop::count_skip_or_stop() {
+  if (!stats_.last_update.skipped) {
+    consecutive_skips_ = 0;
+    last_finite_update_ = stats_.updates;
+    return false;
+  }
+  if (!note_skip()) return false;
+  stats_.end = RunEnd::kNonFinite;
+  stats_.end_reason = cat(consecutive_skips_, " consecutive updates (", last_finite_update_ + 1, " to ", stats_.updates,
+                          ") had a NaN or Inf loss or gradient; the parameters are still finite, those of update ",
+                          last_finite_update_);
+  return true;
+}
+
+void LearnerLoop::after_update() {
+  if (communicator_->rank() == 0 && stats_.updates % options_.weight_sync_interval == 0) send_weights();
+  const auto now = Clock::now();
+  const double since_last_update = std::chrono::duration<double>(now - last_update_time_).count();
+  last_update_time_ = now;
+  if (since_last_update > 0) {
+    env_steps_per_s_ = static_cast<double>(stats_.last_update.steps) * communicator_->size() / since_last_update;
+    updates_per_s_ = 1.0 / since_last_update;
+  }
+  if (options_.reporter) options_.reporter->record_update(snapshot(elapsed()));
+  if (stats_.updates - std::max<int64_t>(checkpointed_update_, 0) >= options_.checkpoint_interval_updates ||
+      std::chrono::duration<double>(now - last_checkpoint_time_).count() >= options_.checkpoint_interval_s) {
+    save_checkpoint(elapsed());
+    last_checkpoint_time_ = now;
+  }
+}
+
+bool LearnerLoop::update_once(int64_t share) {
+  options_.faults.fail_if_due(stats_.updates + 1, *logger_);
+  std::vector<Episode> batch = take_share(share);
+  // Credit counts queued steps: returned as the batch leaves the queue, so actors collect
+  // the next batch while this one trains (returned after the update, the two would take
+  // turns whenever the credit is about one batch).
+  for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
+  record_batch(batch);
+  if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
+  stats_.last_update = learner_.update(batch);
+  ++policy_version_;
+  // Episodes that waited in the queue may now lag more than max_policy_lag too.
+  drop_stale_queued_episodes();
+  ++stats_.updates;
+  stats_.episodes_used += static_cast<int64_t>(batch.size());
+  stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
+  if (count_skip_or_stop()) return false;
+  after_update();
+  return true;
+}
+
+// The progress line's rates are over the interval; the per-update ones are noisier.
+void LearnerLoop::show_progress_if_due() {
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_log_).count();
+  if (!options_.reporter || seconds < options_.log_interval_s) return;
+  RunSnapshot line = snapshot(elapsed());
+  line.env_steps_per_s = static_cast<double>(stats_.env_steps - steps_at_last_log_) / seconds;
+  line.updates_per_s = static_cast<double>(stats_.updates - updates_at_last_log_) / seconds;
+  options_.reporter->show_progress(line);
+  last_log_ = now;
+  steps_at_last_log_ = stats_.env_steps;
+  updates_at_last_log_ = stats_.updates;
+}
+
+void LearnerLoop::shut_down() {
   // Queued episodes are never used now; count them before the shutdown drain.
   stats_.dropped["unused_at_end"] += static_cast<int64_t>(queue_.size());
   queue_.clear();
-  for (int actor : options_.actor_ranks) {
-    transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
-  }
+  for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
   while (!all_actors_done()) {
     if (auto message = transport_.poll()) {
       receive(*message, /*stopping=*/true);
@@ -357,11 +357,35 @@ LearnerStats LearnerLoop::run() {
                                                    : stats_.end == RunEnd::kInterrupted ? "interrupted"
                                                                                         : "stopped");
   }
+}
 
+LearnerStats LearnerLoop::run() {
+  start_ = last_log_ = last_checkpoint_time_ = last_update_time_ = Clock::now();
+  steps_at_last_log_ = stats_.env_steps;
+  updates_at_last_log_ = stats_.updates;
+  const int learners = communicator_->size();
+  const int64_t share = (options_.steps_per_update + learners - 1) / learners;
+  checkpointed_update_ = options_.resumed.updates > 0 ? options_.resumed.updates : -1;
+  learner_.synchronize_parameters();
+  if (communicator_->rank() == 0) send_weights();
+  while (true) {
+    while (auto message = transport_.poll()) receive(*message, /*stopping=*/false);
+    const double votes = cast_votes(share);
+    if (votes > learners) {  // any learner that was asked to stop stops them all, at the same update
+      note_interruption();
+      break;
+    }
+    if (budget_spent()) break;
+    const bool all_ready = votes == learners;
+    if (all_ready && !update_once(share)) break;
+    show_progress_if_due();
+    if (!all_ready) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  shut_down();
   stats_.mean_return = communicator_->all_reduce_sum(recent_mean_return()) / learners;
   stats_.lag_mean = lag_count_ ? lag_sum_ / lag_count_ : 0;
   if (!lag_count_) stats_.lag_min = 0;
-  stats_.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.wall_seconds = elapsed();
   stats_.parameter_checksum = parameter_checksum(learner_.model());
   return stats_;
 }

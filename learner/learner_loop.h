@@ -13,6 +13,7 @@
 // seconds, and a final one however the run ends.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -99,6 +100,19 @@ class LearnerLoop {
   void save_checkpoint(double wall_seconds);
   // Logs a skipped update; returns whether the run must stop for too many in a row.
   bool note_skip();
+  // The steps of run(), in order.
+  double cast_votes(int64_t share);  // a collective: the learners' ready and stop votes
+  void note_interruption();
+  bool budget_spent() const;
+  // Takes a batch, updates, and does what follows an update; false: stop the run (too many
+  // non-finite updates in a row).
+  bool update_once(int64_t share);
+  void record_batch(const std::vector<Episode>& batch);  // lag and return statistics
+  bool count_skip_or_stop();                            // true: stop for non-finite updates
+  void after_update();                                  // weights, rates, metrics, checkpoints
+  void show_progress_if_due();
+  void shut_down();  // stop the actors, drain them, final checkpoint and report
+  double elapsed() const;
 
   LearnerLoopOptions options_;
   Transport& transport_;
@@ -121,6 +135,9 @@ class LearnerLoop {
   int64_t checkpointed_update_ = -1;
   std::unique_ptr<StagedWeightSender> staged_weights_;  // learner 0 with options_.weight_broadcast
   LearnerStats stats_;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_, last_log_, last_checkpoint_time_, last_update_time_;
+  int64_t steps_at_last_log_ = 0, updates_at_last_log_ = 0;
 };
 
 // Why a max_policy_lag cannot work with a weight_sync_interval, or "" when it can: the
