@@ -27,7 +27,7 @@
 #endif
 #include "common/process_signals.h"
 #include "learner/checkpoint.h"
-#include "launch/rank_report.h"
+#include "launch/train_rank.h"
 #include "launch/run_setup.h"
 #include "launch/train_config.h"
 #include "learner/learner_loop.h"
@@ -40,11 +40,6 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
   out << text;
   if (!out) throw Error("cannot write '" + path.string() + "'");
 }
-
-struct Roles {
-  std::vector<int> learners;
-  std::vector<int> actors;
-};
 
 // Parses args, reads and validates the config and the environment; the same on every rank.
 struct Setup {
@@ -140,15 +135,6 @@ std::shared_ptr<WeightBroadcastTransport> make_weight_broadcast(const TrainConfi
   return std::make_shared<MpiWeightBroadcast>(*members);
 }
 
-int exit_code_for(RunEnd end) {
-  switch (end) {
-    case RunEnd::kFinished: return kTrainFinished;
-    case RunEnd::kInterrupted: return kTrainInterrupted;
-    case RunEnd::kNonFinite: return kTrainNonFinite;
-  }
-  return kTrainFailed;
-}
-
 // `[CONFIG.yaml] [--resume RUN_DIR] [key=value ...]`.
 struct TrainArguments {
   std::string config_path;
@@ -204,217 +190,191 @@ Setup prepare(const TrainArguments& arguments) {
   return setup;
 }
 
+// MPI for the life of `kvrl train`, one calling thread per rank; finalised on the way out
+// (a failed rank aborts the job instead, and MPI_Abort does not return).
+class MpiSession {
+ public:
+  MpiSession() {
+    int provided = 0;
+    KVRL_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "initialising MPI");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiSession() { MPI_Finalize(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// How far a rank got, for what its failure means: before `working`, every rank refuses the
+// same input alike (exit 2, said once); after it, a failure takes the job down.
+struct RankState {
+  std::string role = "unassigned";
+  bool working = false;
+};
+
+// Checks that need the number of ranks: one actor at least, and enough credit to fill a batch.
+void check_world(const TrainConfig& config, int size, const std::string& config_path) {
+  if (config.learners >= size) {
+    throw InvalidArgumentError(
+        "learners (" + std::to_string(config.learners) + ") needs at least one more rank to act, but " +
+        std::to_string(size) + " rank(s) were started: run it as\n  launch/kvrl-mpirun -np " +
+        std::to_string(config.learners + 2) + " build/launch/kvrl train " + config_path +
+        "\n(or mpirun --allow-run-as-root --oversubscribe -np N ...), with N >= learners + 1");
+  }
+  const int64_t share = (config.steps_per_update + config.learners - 1) / config.learners;
+  if ((size - config.learners) * config.credit_steps < share) {
+    throw InvalidArgumentError("actor.credit_steps (" + std::to_string(config.credit_steps) + ") x " +
+                               std::to_string(size - config.learners) + " actor(s) is less than one learner's share of "
+                               "learner.steps_per_update (" + std::to_string(share) +
+                               "): the learners could never fill a batch; raise actor.credit_steps");
+  }
+}
+
+RankPlan plan_rank(const TrainConfig& config, const TrainArguments& arguments, const MpiSession& mpi) {
+  RankPlan plan;
+  plan.rank = mpi.rank();
+  plan.size = mpi.size();
+  plan.is_learner = plan.rank < config.learners;
+  for (int r = 0; r < plan.size; ++r) (r < config.learners ? plan.learners : plan.actors).push_back(r);
+  plan.run_dir = config.run_dir;
+  plan.checkpoint_dir = (plan.run_dir / "checkpoints").string();
+  plan.resuming = !arguments.resume_dir.empty();
+  plan.progress_in_place = progress_in_place_from_environment();
+  plan.faults = FaultPlan::from_environment(plan.rank);
+  if (plan.resuming && CheckpointDirectory(plan.checkpoint_dir, 1).newest_first().empty()) {
+    throw InvalidArgumentError("--resume " + arguments.resume_dir + ": no checkpoint in " + plan.checkpoint_dir);
+  }
+  return plan;
+}
+
+// Rank 0 saves and prints the effective config; every rank learns the resume point.
+void start_run_directory(const TrainConfig& config, RankPlan& plan) {
+  if (plan.rank == 0) {
+    std::filesystem::create_directories(plan.run_dir);
+    write_text(plan.run_dir / "config.yaml", config.to_yaml());
+    std::printf("kvrl train: effective config (saved to %s):\n%s", (plan.run_dir / "config.yaml").c_str(),
+                config.to_yaml().c_str());
+    std::fflush(stdout);
+  }
+  plan.resume_offset = plan.rank == 0 && plan.resuming ? newest_checkpoint_update(plan.checkpoint_dir) : 0;
+  KVRL_MPI_CHECK(MPI_Bcast(&plan.resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "sharing the resume point");
+}
+
+// The rank's device from its role's config key, logged with why (a fallback as a warning).
+c10::Device place_rank(const TrainConfig& config, const RankPlan& plan, Logger& logger) {
+  const AcceleratorReport accelerators = probe_accelerators();
+  logger.info(accelerators.summary());
+  const DeviceChoice device =
+      choose_device(DeviceRequest::parse(plan.is_learner ? config.learner_device : config.actor_device),
+                    local_rank_from_environment(), accelerators.cuda_devices);
+  if (device.fell_back) {
+    logger.warn(device.reason);
+  } else {
+    logger.info(device.reason);
+  }
+  return device.device;
+}
+
+void log_roles(const TrainConfig& config, const RankPlan& plan, Logger& logger) {
+  if (plan.rank != 0) return;
+  logger.info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", plan.size - 1));
+  // launch/kvrl-mpirun names the role of a rank that dies from this file.
+  if (const char* role_map = std::getenv("KVRL_ROLE_MAP")) {
+    std::string lines;
+    for (int r = 0; r < plan.size; ++r) lines += cat(r, " ", r < config.learners ? "learner" : "actor", "\n");
+    write_text(role_map, lines);
+  }
+}
+
+// Ranks share the cores of a node: the config says how many intra-op threads each role
+// gets (one by default), whatever OMP_NUM_THREADS says.
+void set_threads_and_seed(const TrainConfig& config, const RankPlan& plan, Logger& logger) {
+  at::set_num_threads(static_cast<int>(plan.is_learner ? config.learner_threads : config.actor_threads));
+  logger.info(cat(at::get_num_threads(), " intra-op thread(s) (", plan.is_learner ? "learner" : "actor", ".threads)"));
+  torch::manual_seed(config.seed);
+}
+
+std::shared_ptr<ActorCritic> make_model(Setup& setup, const RankPlan& plan, c10::Device device,
+                                        const std::shared_ptr<Logger>& logger) {
+  setup.model.transformer.warn = [logger](const std::string& message) { logger->warn(message); };
+  auto model = std::make_shared<ActorCritic>(setup.model);
+  model->to(device);
+  if ((plan.is_learner ? setup.config.learner_autocast : setup.config.actor_autocast) == "bfloat16") {
+    model->set_autocast(at::kBFloat16);
+    logger->info(cat(plan.is_learner ? "the window forward runs" : "steps and caches run",
+                     " under bfloat16 autocast on ", device.str()));
+  }
+  return model;
+}
+
+// The rank's role, from its communicators to its report; returns its exit code.
+int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
+  const TrainConfig& config = setup.config;
+  auto logger =
+      std::make_shared<Logger>(plan.rank, state.role, (plan.run_dir / cat("rank", plan.rank, ".log")).string(),
+                               config.log_level);
+  const c10::Device device = place_rank(config, plan, *logger);
+  log_roles(config, plan, *logger);
+  set_threads_and_seed(config, plan, *logger);
+  MPI_Comm learner_comm = MPI_COMM_NULL;
+  KVRL_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, plan.is_learner ? 0 : 1, plan.rank, &learner_comm),
+                 "splitting the learners off");
+  MpiTransport transport(MPI_COMM_WORLD);
+  MPI_Comm weight_comm = MPI_COMM_NULL;
+  RankResources resources{config, plan, logger, transport, make_model(setup, plan, device, logger), device, nullptr,
+                          setup.spec};
+  try {
+    resources.weight_broadcast =
+        make_weight_broadcast(config, plan.rank == 0 || !plan.is_learner, device, &weight_comm, *logger);
+  } catch (const InvalidArgumentError&) {
+    state.working = false;  // every rank decided alike from the same facts: a refused config (exit 2)
+    throw;
+  }
+  const RankOutcome outcome =
+      plan.is_learner
+          ? run_learner_rank(resources, make_learner_communicator(learner_comm, device, config, *logger))
+          : run_actor_rank(resources);
+  write_text(plan.run_dir / cat("rank", plan.rank, ".json"), outcome.report_json + "\n");
+  resources.weight_broadcast.reset();
+  if (weight_comm != MPI_COMM_NULL) MPI_Comm_free(&weight_comm);
+  MPI_Comm_free(&learner_comm);
+  return outcome.exit_code;
+}
+
 }  // namespace
 
 int run_train(const std::vector<std::string>& args) {
-  int provided = 0;
-  KVRL_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "initialising MPI");
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  install_crash_reporter(rank, "starting");
+  MpiSession mpi;
+  install_crash_reporter(mpi.rank(), "starting");
   install_stop_request_handlers();
-  int exit_code = kTrainFinished;
-  std::string role = "unassigned";
-  bool working = false;  // past the checks every rank makes alike
+  RankState state;
   try {
     const TrainArguments arguments = parse_arguments(args);
     Setup setup = prepare(arguments);
-    TrainConfig& config = setup.config;
-    if (config.learners >= size) {
-      throw InvalidArgumentError(
-          "learners (" + std::to_string(config.learners) + ") needs at least one more rank to act, but " +
-          std::to_string(size) + " rank(s) were started: run it as\n  launch/kvrl-mpirun -np " +
-          std::to_string(config.learners + 2) + " build/launch/kvrl train " + arguments.config_path +
-          "\n(or mpirun --allow-run-as-root --oversubscribe -np N ...), with N >= learners + 1");
-    }
-    const int64_t share = (config.steps_per_update + config.learners - 1) / config.learners;
-    if ((size - config.learners) * config.credit_steps < share) {
-      throw InvalidArgumentError("actor.credit_steps (" + std::to_string(config.credit_steps) + ") x " +
-                                 std::to_string(size - config.learners) + " actor(s) is less than one learner's share of "
-                                 "learner.steps_per_update (" + std::to_string(share) +
-                                 "): the learners could never fill a batch; raise actor.credit_steps");
-    }
-    const FaultPlan faults = FaultPlan::from_environment(rank);
-    const bool progress_in_place = progress_in_place_from_environment();
-    const bool is_learner = rank < config.learners;
-    role = is_learner ? "learner" : "actor";
-    install_crash_reporter(rank, role);
-    const std::filesystem::path run_dir = config.run_dir;
-    const std::string checkpoint_dir = (run_dir / "checkpoints").string();
-    const bool resuming = !arguments.resume_dir.empty();
-    if (resuming && CheckpointDirectory(checkpoint_dir, 1).newest_first().empty()) {
-      throw InvalidArgumentError("--resume " + arguments.resume_dir + ": no checkpoint in " + checkpoint_dir);
-    }
-    if (rank == 0) {
-      std::filesystem::create_directories(run_dir);
-      write_text(run_dir / "config.yaml", config.to_yaml());
-      std::printf("kvrl train: effective config (saved to %s):\n%s", (run_dir / "config.yaml").c_str(),
-                  config.to_yaml().c_str());
-      std::fflush(stdout);
-    }
-    working = true;
-    int64_t resume_offset = rank == 0 && resuming ? newest_checkpoint_update(checkpoint_dir) : 0;
-    KVRL_MPI_CHECK(MPI_Bcast(&resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "sharing the resume point");
-    auto logger = std::make_shared<Logger>(rank, role, (run_dir / cat("rank", rank, ".log")).string(),
-                                           config.log_level);
-    const AcceleratorReport accelerators = probe_accelerators();
-    logger->info(accelerators.summary());
-    const DeviceChoice device = choose_device(DeviceRequest::parse(is_learner ? config.learner_device : config.actor_device),
-                                              local_rank_from_environment(), accelerators.cuda_devices);
-    if (device.fell_back) {
-      logger->warn(device.reason);
-    } else {
-      logger->info(device.reason);
-    }
-    if (rank == 0) {
-      logger->info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", size - 1));
-      // launch/kvrl-mpirun names the role of a rank that dies from this file.
-      if (const char* role_map = std::getenv("KVRL_ROLE_MAP")) {
-        std::string lines;
-        for (int r = 0; r < size; ++r) lines += cat(r, " ", r < config.learners ? "learner" : "actor", "\n");
-        write_text(role_map, lines);
-      }
-    }
-    // Ranks share the cores of a node: the config says how many intra-op threads each role
-    // gets (one by default), whatever OMP_NUM_THREADS says.
-    at::set_num_threads(static_cast<int>(is_learner ? config.learner_threads : config.actor_threads));
-    logger->info(cat(at::get_num_threads(), " intra-op thread(s) (", is_learner ? "learner" : "actor", ".threads)"));
-    torch::manual_seed(config.seed);
-
-    MPI_Comm learner_comm = MPI_COMM_NULL;
-    KVRL_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, is_learner ? 0 : 1, rank, &learner_comm),
-                   "splitting the learners off");
-    Roles roles;
-    for (int r = 0; r < size; ++r) (r < config.learners ? roles.learners : roles.actors).push_back(r);
-    MpiTransport transport(MPI_COMM_WORLD);
-    setup.model.transformer.warn = [logger](const std::string& message) { logger->warn(message); };
-    auto model = std::make_shared<ActorCritic>(setup.model);
-    model->to(device.device);
-    if ((is_learner ? config.learner_autocast : config.actor_autocast) == "bfloat16") {
-      model->set_autocast(at::kBFloat16);
-      logger->info(cat(is_learner ? "the window forward runs" : "steps and caches run", " under bfloat16 autocast on ",
-                       device.device.str()));
-    }
-    MPI_Comm weight_comm = MPI_COMM_NULL;
-    std::shared_ptr<WeightBroadcastTransport> weight_broadcast;
-    try {
-      weight_broadcast = make_weight_broadcast(config, rank == 0 || !is_learner, device.device, &weight_comm, *logger);
-    } catch (const InvalidArgumentError&) {
-      working = false;  // every rank decided alike from the same facts: a refused config (exit 2)
-      throw;
-    }
-    const EpisodeCodec codec(setup.spec);
-    std::string stats_json;
-    if (is_learner) {
-      auto communicator = make_learner_communicator(learner_comm, device.device, config, *logger);
-      Learner learner(model, config.learner_options(), communicator);
-      LearnerLoopOptions options;
-      if (resuming) {
-        const auto check_config = [&](const std::string& yaml) {
-          const std::string difference = config.model_difference(TrainConfig::parse(yaml, {}));
-          if (!difference.empty()) throw InvalidArgumentError(difference);
-        };
-        auto [path, contents] = CheckpointDirectory(checkpoint_dir, config.checkpoint_keep)
-                                    .restore_newest(learner, *logger, check_config);
-        options.resumed = contents.progress;
-        // Learners restore independently; they must agree on where they start.
-        const double update = static_cast<double>(options.resumed.updates);
-        if (communicator->all_reduce_sum(update) != update * config.learners) {
-          throw Error("the learners restored checkpoints of different updates; is " + checkpoint_dir +
-                      " the same directory on every node?");
-        }
-        logger->info(cat("resumed from ", path, ": update ", options.resumed.updates, ", policy version ",
-                         options.resumed.policy_version, ", env steps ", options.resumed.env_steps,
-                         "; episodes in flight when it was written were dropped then (", options.resumed.dropped.size(),
-                         " reasons counted in the checkpoint)"));
-      }
-      options.actor_ranks = roles.actors;
-      options.total_env_steps = config.total_env_steps;
-      options.max_updates = config.max_updates;
-      options.steps_per_update = config.steps_per_update;
-      options.weight_sync_interval = config.weight_sync_interval;
-      options.max_policy_lag = config.max_policy_lag;
-      options.log_interval_s = config.log_interval_s;
-      if (rank == 0) {
-        RunReporterOptions reporting;
-        reporting.run_dir = run_dir.string();
-        reporting.continuing = resuming;
-        reporting.status_address = config.status_address;
-        reporting.status_port = static_cast<int>(config.status_port);
-        reporting.progress_in_place = progress_in_place;
-        options.reporter = std::make_shared<RunReporter>(
-            reporting, RunIdentity{config.to_yaml(), config.learner.algorithm, size, roles.learners, roles.actors},
-            logger);
-      }
-      options.checkpoint_dir = checkpoint_dir;
-      options.checkpoint_interval_updates = config.checkpoint_interval_updates;
-      options.checkpoint_interval_s = config.checkpoint_interval_s;
-      options.checkpoint_keep = config.checkpoint_keep;
-      options.config_yaml = config.to_yaml();
-      options.max_consecutive_skips = config.max_consecutive_skips;
-      options.faults = faults;
-      options.weight_broadcast = weight_broadcast;
-      options.weight_broadcast_timeout_s = config.nccl_timeout_s;
-      LearnerLoop loop(options, transport, communicator, learner, codec, logger);
-      const LearnerStats stats = loop.run();
-      exit_code = exit_code_for(stats.end);
-      stats_json = learner_report_json(
-          rank, stats,
-          {options.resumed.updates, learner.allreduce_buckets(), learner.allreduce_buckets_during_backward()},
-          exit_code);
-      if (rank == 0) {
-        logger->info(cat("lag min/mean/max ", stats.lag_min, "/", stats.lag_mean, "/", stats.lag_max,
-                         ", dropped ", drop_counts_json(stats)));
-        const std::string resume_hint =
-            "; resume from " + stats.last_checkpoint + " with: kvrl train --resume " + run_dir.string();
-        if (stats.end == RunEnd::kInterrupted) {
-          std::printf("kvrl train: interrupted (%s) at update %lld%s\n", stats.end_reason.c_str(),
-                      static_cast<long long>(stats.updates), resume_hint.c_str());
-        } else if (stats.end == RunEnd::kNonFinite) {
-          std::fprintf(stderr, "kvrl train: stopped: %s%s (after fixing the cause, e.g. a lower learning rate)\n",
-                       stats.end_reason.c_str(), resume_hint.c_str());
-        }
-        std::printf("kvrl train: %s: env_steps=%lld updates=%lld mean_return=%.2f wall_time=%.1fs\n",
-                    stats.end == RunEnd::kFinished ? "finished" : "stopped", static_cast<long long>(stats.env_steps),
-                    static_cast<long long>(stats.updates), stats.mean_return, stats.wall_seconds);
-      }
-    } else {
-      std::vector<std::unique_ptr<Environment>> envs;
-      for (int64_t i = 0; i < config.num_envs; ++i) envs.push_back(make_configured_env(config));
-      const uint64_t seed = static_cast<uint64_t>(config.seed) + static_cast<uint64_t>(resume_offset) * 1000003;
-      VectorEnv env(std::move(envs), seed * 7919 + static_cast<uint64_t>(rank));
-      ActorLoopOptions options;
-      options.learner_ranks = roles.learners;
-      options.credit_steps = config.credit_steps;
-      options.keep_context_on_update = config.keep_context_on_update;
-      options.seed = seed;
-      options.device = device.device;
-      options.faults = faults;
-      options.weight_broadcast = weight_broadcast;
-      options.weight_broadcast_timeout_s = config.nccl_timeout_s;
-      ActorLoop loop(options, transport, model, env, codec, logger);
-      const ActorStats stats = loop.run();
-      exit_code = exit_code_for(stats.end);
-      stats_json = actor_report_json(rank, stats, exit_code);
-    }
-    write_text(run_dir / cat("rank", rank, ".json"), stats_json + "\n");
-    weight_broadcast.reset();
-    if (weight_comm != MPI_COMM_NULL) MPI_Comm_free(&weight_comm);
-    MPI_Comm_free(&learner_comm);
+    check_world(setup.config, mpi.size(), arguments.config_path);
+    RankPlan plan = plan_rank(setup.config, arguments, mpi);
+    state.role = plan.is_learner ? "learner" : "actor";
+    install_crash_reporter(plan.rank, state.role);
+    start_run_directory(setup.config, plan);
+    state.working = true;
+    return run_rank(setup, plan, state);
   } catch (const std::exception& error) {
-    if (!working && dynamic_cast<const InvalidArgumentError*>(&error)) {
+    if (!state.working && dynamic_cast<const InvalidArgumentError*>(&error)) {
       // Every rank reads the same config and fails the same way; one says so.
-      if (rank == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
-      MPI_Finalize();
+      if (mpi.rank() == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
       return kTrainBadInput;
     }
-    std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", rank, role.c_str(), error.what());
+    std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", mpi.rank(), state.role.c_str(), error.what());
     // A rank that fails mid-run takes the job down instead of leaving peers waiting.
     MPI_Abort(MPI_COMM_WORLD, kTrainFailed);
+    return kTrainFailed;
   }
-  MPI_Finalize();
-  return exit_code;
 }
 
 }  // namespace kvrl

@@ -225,8 +225,13 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::vector<std:
 
 }  // namespace
 
-TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<std::string>& overrides) {
-  TrainConfig config;
+namespace {
+
+// The config's entries, from the YAML text and then the overrides; malformed overrides
+// are added to `problems`.
+std::vector<std::pair<std::string, std::string>> config_entries(const std::string& yaml_text,
+                                                                const std::vector<std::string>& overrides,
+                                                                std::vector<std::string>& problems) {
   std::vector<std::pair<std::string, std::string>> entries;
   try {
     const YAML::Node root = YAML::Load(yaml_text);
@@ -240,11 +245,16 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
   for (const std::string& item : overrides) {
     const size_t equals = item.find('=');
     if (equals == std::string::npos || equals == 0) {
-      throw InvalidArgumentError("override '" + item + "' must be key=value, e.g. learner.learning_rate=1e-3");
+      problems.push_back("override '" + item + "' must be key=value, e.g. learner.learning_rate=1e-3");
+      continue;
     }
     entries.emplace_back(item.substr(0, equals), item.substr(equals + 1));
   }
-  for (const auto& [key, text] : entries) apply(config, key, text);
+  return entries;
+}
+
+// Checks between keys, once every key has its value.
+void check_consistency(const TrainConfig& config) {
   for (const auto& [key, value] : {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
     try {
       DeviceRequest::parse(value);
@@ -262,6 +272,28 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
   if (config.hidden_size % config.num_heads != 0) {
     throw InvalidArgumentError("config: model.num_heads (" + std::to_string(config.num_heads) +
                                ") must divide model.hidden_size (" + std::to_string(config.hidden_size) + ")");
+  }
+}
+
+}  // namespace
+
+// Every bad key is reported, not just the first: one error, one line per problem.
+TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  std::vector<std::string> problems;
+  for (const auto& [key, text] : config_entries(yaml_text, overrides, problems)) {
+    try {
+      apply(config, key, text);
+    } catch (const InvalidArgumentError& error) {
+      problems.push_back(error.what());
+    }
+  }
+  if (problems.empty()) check_consistency(config);  // cross-key checks need every key's real value
+  if (problems.size() == 1) throw InvalidArgumentError(problems.front());
+  if (!problems.empty()) {
+    std::string message = std::to_string(problems.size()) + " problems in the config:";
+    for (const std::string& problem : problems) message += "\n  " + problem;
+    throw InvalidArgumentError(message);
   }
   return config;
 }

@@ -139,6 +139,27 @@ def test_an_unknown_key_stops_every_rank_before_work(tmp_path):
     assert not (tmp_path / "rank0.log").exists()
 
 
+def test_every_bad_key_is_reported_at_once(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "learner.learnig_rate=0.1", "learner.gamma=1.5", "nonsense",
+                    timeout=60)
+    assert result.returncode == 2
+    assert "3 problems in the config:" in result.stderr, result.stderr[-3000:]
+    for problem in ("unknown config key 'learner.learnig_rate'",
+                    "config key 'learner.gamma' = '1.5': expected a number in [0, 1]",
+                    "override 'nonsense' must be key=value"):
+        assert problem in result.stderr, problem
+    assert result.stderr.count("3 problems in the config") == 1, "more than one rank printed the refusal"
+    assert not (tmp_path / "rank0.log").exists()
+
+
+def test_a_policy_lag_limit_the_weight_sync_cannot_meet_is_refused(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "learner.weight_sync_interval=4", "learner.max_policy_lag=2",
+                    timeout=60)
+    assert result.returncode == 2
+    assert "learner.max_policy_lag (2) must be 0 (keep all) or at least learner.weight_sync_interval - 1 (3)" \
+        in result.stderr, result.stderr[-3000:]
+
+
 def test_a_value_out_of_range_names_the_key(tmp_path):
     result = mpirun(2, f"run.dir={tmp_path}", "learner.gamma=1.5", timeout=60)
     assert result.returncode == 2
