@@ -2,8 +2,8 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -11,10 +11,10 @@
 #include <cstring>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/parameter_vector.h"
-#include "common/process_signals.h"
-#include "common/weights_codec.h"
+#include "common/comm/parameter_vector.h"
+#include "common/support/errors.h"
+#include "common/support/process_signals.h"
+#include "common/wire/weights_codec.h"
 
 namespace kvrl {
 namespace {
@@ -44,8 +44,9 @@ ActorLoop::ActorLoop(ActorLoopOptions options, Transport& transport, std::shared
   learner_stopped_.assign(options_.learner_ranks.size(), false);
   stats_.episodes_sent_to.assign(options_.learner_ranks.size(), 0);
   if (options_.weight_broadcast) {
-    staged_weights_ = std::make_unique<StagedWeightReceiver>(
-        *options_.weight_broadcast, parameter_count_, parameters_.front().options(), options_.weight_broadcast_timeout_s);
+    staged_weights_ = std::make_unique<StagedWeightReceiver>(*options_.weight_broadcast, parameter_count_,
+                                                             parameters_.front().options(),
+                                                             options_.weight_broadcast_timeout_s);
   }
 }
 
@@ -58,10 +59,11 @@ void ActorLoop::drain() {
 }
 
 void ActorLoop::handle(const Message& message) {
-  const auto learner = std::find(options_.learner_ranks.begin(), options_.learner_ranks.end(), message.source);
+  const auto learner =
+      std::find(options_.learner_ranks.begin(), options_.learner_ranks.end(), message.source);
   if (learner == options_.learner_ranks.end()) {
-    logger_->warn(cat("dropping a message with tag ", static_cast<int>(message.tag), " from rank ", message.source,
-                      ", which is not a learner"));
+    logger_->warn(cat("dropping a message with tag ", static_cast<int>(message.tag), " from rank ",
+                      message.source, ", which is not a learner"));
     return;
   }
   const size_t index = learner - options_.learner_ranks.begin();
@@ -81,7 +83,8 @@ void ActorLoop::handle(const Message& message) {
     case MessageTag::kWeights: {
       try {
         const WeightsMessage weights = WeightsCodec::decode(message.bytes, parameter_count_);
-        if (weights.policy_version <= stats_.policy_version) break;  // an older broadcast overtaken by a newer one
+        if (weights.policy_version <= stats_.policy_version)
+          break;  // an older broadcast overtaken by a newer one
         apply_weights(weights);
       } catch (const MalformedMessageError& error) {
         logger_->error(cat("dropping a weights message from rank ", message.source, ": ", error.what()));
@@ -104,8 +107,8 @@ void ActorLoop::handle(const Message& message) {
       break;
     }
     default:
-      logger_->warn(cat("dropping a message with unexpected tag ", static_cast<int>(message.tag), " from rank ",
-                        message.source));
+      logger_->warn(cat("dropping a message with unexpected tag ", static_cast<int>(message.tag),
+                        " from rank ", message.source));
   }
 }
 
@@ -138,7 +141,8 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
     std::copy(e.observations.begin(), e.observations.end(), rows + i * longest * obs_size);
     stats_.context_steps_rebuilt += lengths[i];
   }
-  model_->mark_weight_update_keeping_context(observations.to(options_.device), at::tensor(lengths, at::kLong));
+  model_->mark_weight_update_keeping_context(observations.to(options_.device),
+                                             at::tensor(lengths, at::kLong));
 }
 
 bool ActorLoop::ship_outbox() {
@@ -150,7 +154,8 @@ bool ActorLoop::ship_outbox() {
     if (options_.faults.corrupt_episode > 0 && stats_.episodes_sent + 1 == options_.faults.corrupt_episode) {
       bytes[bytes.size() / 2] ^= 0x5a;  // the checksum will no longer match
       ++stats_.corrupt_messages_injected;
-      logger_->warn(cat("fault injection: corrupting episode message ", options_.faults.corrupt_episode, " on purpose"));
+      logger_->warn(cat("fault injection: corrupting episode message ", options_.faults.corrupt_episode,
+                        " on purpose"));
     }
     transport_.send(options_.learner_ranks[index], MessageTag::kEpisode, std::move(bytes));
     // A learner with any credit left takes a whole episode: it may overdraw by one episode,
@@ -241,7 +246,8 @@ void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
   }
 }
 
-void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id, std::vector<float>& actions) {
+void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id,
+                                  std::vector<float>& actions) {
   std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
   if (contexts_restarted_) {
     stats_.contexts_restarted += std::count(init.begin(), init.end(), uint8_t{0});
@@ -278,7 +284,8 @@ ActorStats ActorLoop::run() {
   at::Generator generator = sampling_generator();
   uint64_t next_episode_id = 0;
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
-    open_.push_back(empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size()));
+    open_.push_back(
+        empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size()));
   }
   // Act only with the learners' weights: wait for version 0.
   while (stats_.policy_version < 0 && !all_learners_stopped()) {

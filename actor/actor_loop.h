@@ -3,25 +3,24 @@
 // left, so the load balances); with no credit left it stops stepping until a learner
 // grants one, so a slow learner throttles actors and memory stays bounded. New weights
 // are applied between steps, then mark_weight_update() restarts every stream's cache;
-// a staged broadcast (common/staged_weights.h) is joined at a step boundary and swapped
+// a staged broadcast (common/comm/staged_weights.h) is joined at a step boundary and swapped
 // in at a later one, once it has landed.
 // It ends when every learner has said stop, after telling each learner how many
 // episodes it sent. Asked to stop itself (a signal), it stops stepping and asks the
 // learners to end the run; episodes cut short or never sent are counted.
 #pragma once
 
-
 #include <memory>
 #include <vector>
 
 #include "actor/vector_env.h"
-#include "common/actor_critic.h"
-#include "common/episode_codec.h"
-#include "common/fault_injection.h"
-#include "common/logger.h"
-#include "common/transport.h"
-#include "common/staged_weights.h"
-#include "common/weights_codec.h"
+#include "common/comm/staged_weights.h"
+#include "common/comm/transport.h"
+#include "common/model/actor_critic.h"
+#include "common/support/fault_injection.h"
+#include "common/support/logger.h"
+#include "common/wire/episode_codec.h"
+#include "common/wire/weights_codec.h"
 
 namespace kvrl {
 
@@ -61,8 +60,8 @@ struct ActorLoopOptions {
 
 class ActorLoop {
  public:
-  ActorLoop(ActorLoopOptions options, Transport& transport, std::shared_ptr<ActorCritic> model, VectorEnv& env,
-            EpisodeCodec codec, std::shared_ptr<Logger> logger);
+  ActorLoop(ActorLoopOptions options, Transport& transport, std::shared_ptr<ActorCritic> model,
+            VectorEnv& env, EpisodeCodec codec, std::shared_ptr<Logger> logger);
   // Runs until every learner said stop. Throws on MPI failure.
   ActorStats run();
 
@@ -94,10 +93,10 @@ class ActorLoop {
   std::vector<at::Tensor> parameters_;
   int64_t parameter_count_ = 0;
   std::unique_ptr<StagedWeightReceiver> staged_weights_;  // with options_.weight_broadcast
-  std::vector<int64_t> credits_;        // env steps each learner will still accept
+  std::vector<int64_t> credits_;                          // env steps each learner will still accept
   std::vector<bool> learner_stopped_;
-  std::vector<Episode> open_;           // the episode each environment is in
-  std::vector<Episode> outbox_;         // complete episodes waiting for a credit
+  std::vector<Episode> open_;    // the episode each environment is in
+  std::vector<Episode> outbox_;  // complete episodes waiting for a credit
   ActorStats stats_;
   // New weights restarted every stream's context (keep_context_on_update=false): the next
   // step records is_init on every stream.

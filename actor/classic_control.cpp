@@ -5,7 +5,7 @@
 #include <limits>
 #include <numbers>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -122,7 +122,8 @@ double angle_normalize(double x) {
 }  // namespace
 
 Pendulum::Pendulum()
-    : PhysicalEnvironment("Pendulum-v1", 200, Space::box({3}, {-1, -1, -kPendulumMaxSpeed}, {1, 1, kPendulumMaxSpeed}),
+    : PhysicalEnvironment("Pendulum-v1", 200,
+                          Space::box({3}, {-1, -1, -kPendulumMaxSpeed}, {1, 1, kPendulumMaxSpeed}),
                           Space::box({1}, {-kPendulumMaxTorque}, {kPendulumMaxTorque})) {}
 
 void Pendulum::reset_dynamics(uint64_t seed, std::span<float> observation) {
@@ -136,15 +137,15 @@ StepResult Pendulum::step_dynamics(std::span<const float> action, std::span<floa
   const auto [theta, theta_dot] = state_;
   // Gymnasium clips the float32 action and, under NumPy's promotion rules, keeps every
   // product with it in float32 before adding to the float64 state: so do we.
-  const float torque = std::clamp(action[0], static_cast<float>(-kPendulumMaxTorque),
-                                  static_cast<float>(kPendulumMaxTorque));
+  const float torque =
+      std::clamp(action[0], static_cast<float>(-kPendulumMaxTorque), static_cast<float>(kPendulumMaxTorque));
   const double cost = angle_normalize(theta) * angle_normalize(theta) + 0.1 * theta_dot * theta_dot +
                       static_cast<double>(0.001f * (torque * torque));
   const float torque_term =
       static_cast<float>(3.0 / (kPendulumMass * kPendulumLength * kPendulumLength)) * torque;
-  double new_theta_dot =
-      theta_dot +
-      (3 * kPendulumG / (2 * kPendulumLength) * std::sin(theta) + static_cast<double>(torque_term)) * kPendulumDt;
+  double new_theta_dot = theta_dot + (3 * kPendulumG / (2 * kPendulumLength) * std::sin(theta) +
+                                      static_cast<double>(torque_term)) *
+                                         kPendulumDt;
   new_theta_dot = std::clamp(new_theta_dot, -kPendulumMaxSpeed, kPendulumMaxSpeed);
   state_ = {theta + new_theta_dot * kPendulumDt, new_theta_dot};
   observe(observation);
@@ -183,8 +184,9 @@ AcrobotState acrobot_derivatives(const AcrobotState& s, double torque) {
   const double phi1 = -m2 * l1 * lc2 * dtheta2 * dtheta2 * std::sin(theta2) -
                       2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * std::sin(theta2) +
                       (m1 * lc1 + m2 * l1) * g * std::cos(theta1 - kPi / 2) + phi2;
-  const double ddtheta2 = (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1 * dtheta1 * std::sin(theta2) - phi2) /
-                          (m2 * lc2 * lc2 + i2 - d2 * d2 / d1);
+  const double ddtheta2 =
+      (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1 * dtheta1 * std::sin(theta2) - phi2) /
+      (m2 * lc2 * lc2 + i2 - d2 * d2 / d1);
   const double ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
   return {dtheta1, dtheta2, ddtheta1, ddtheta2};
 }
@@ -202,10 +204,11 @@ double wrap(double x, double low, double high) {
 }  // namespace
 
 Acrobot::Acrobot()
-    : PhysicalEnvironment("Acrobot-v1", 500,
-                          Space::box({6}, {-1, -1, -1, -1, static_cast<float>(-kMaxVel1), static_cast<float>(-kMaxVel2)},
-                                     {1, 1, 1, 1, static_cast<float>(kMaxVel1), static_cast<float>(kMaxVel2)}),
-                          Space::discrete(3)) {}
+    : PhysicalEnvironment(
+          "Acrobot-v1", 500,
+          Space::box({6}, {-1, -1, -1, -1, static_cast<float>(-kMaxVel1), static_cast<float>(-kMaxVel2)},
+                     {1, 1, 1, 1, static_cast<float>(kMaxVel1), static_cast<float>(kMaxVel2)}),
+          Space::discrete(3)) {}
 
 void Acrobot::reset_dynamics(uint64_t seed, std::span<float> observation) {
   std::mt19937_64 rng(seed);

@@ -26,8 +26,10 @@ class PhysicalEnvironment : public Environment {
 
  protected:
   PhysicalEnvironment(std::string name, int64_t time_limit, Space observation_space, Space action_space)
-      : name_(std::move(name)), time_limit_(time_limit),
-        observation_space_(std::move(observation_space)), action_space_(std::move(action_space)) {}
+      : name_(std::move(name)),
+        time_limit_(time_limit),
+        observation_space_(std::move(observation_space)),
+        action_space_(std::move(action_space)) {}
   // Writes the observation of state_.
   virtual void observe(std::span<float> observation) const = 0;
 

@@ -25,8 +25,8 @@ struct EnvPluginInfo {
 #define KVRL_ENV_PLUGIN_ENTRY_POINT "kvrl_env_plugin_v1"
 
 // Defines the plugin's entry point. `factory` is Environment* (*)(const EnvOptions&).
-#define KVRL_ENV_PLUGIN(plugin_name, factory)                                              \
-  extern "C" const ::kvrl::EnvPluginInfo* kvrl_env_plugin_v1() {                           \
+#define KVRL_ENV_PLUGIN(plugin_name, factory)                                                    \
+  extern "C" const ::kvrl::EnvPluginInfo* kvrl_env_plugin_v1() {                                 \
     static const ::kvrl::EnvPluginInfo info{::kvrl::kEnvPluginAbiVersion, plugin_name, factory}; \
-    return &info;                                                                           \
+    return &info;                                                                                \
   }

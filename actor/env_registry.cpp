@@ -8,7 +8,7 @@
 #include "actor/classic_control.h"
 #include "actor/env_plugin.h"
 #include "actor/memory_tasks.h"
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -21,7 +21,8 @@ struct BuiltinEnvironment {
 int64_t integer_option(const std::string& env, const EnvOptions& options, const std::string& key) {
   const double value = options.at(key);
   if (value != std::floor(value)) {
-    throw InvalidArgumentError(env + ": option " + key + " (" + std::to_string(value) + ") must be an integer");
+    throw InvalidArgumentError(env + ": option " + key + " (" + std::to_string(value) +
+                               ") must be an integer");
   }
   return static_cast<int64_t>(value);
 }
@@ -70,7 +71,9 @@ class PluginEnvironment : public Environment {
   }
 
  protected:
-  void reset_dynamics(uint64_t seed, std::span<float> observation) override { inner_->reset(seed, observation); }
+  void reset_dynamics(uint64_t seed, std::span<float> observation) override {
+    inner_->reset(seed, observation);
+  }
   StepResult step_dynamics(std::span<const float> action, std::span<float> observation) override {
     return inner_->step(action, observation);
   }
@@ -91,8 +94,8 @@ std::vector<std::string> builtin_environment_names() {
 std::unique_ptr<Environment> make_environment(const std::string& name, const EnvOptions& options) {
   auto it = builtins().find(name);
   if (it == builtins().end()) {
-    throw InvalidArgumentError("unknown environment '" + name + "' (built in: " + join(builtin_environment_names()) +
-                               "; or load your own with env.plugin)");
+    throw InvalidArgumentError("unknown environment '" + name + "' (built in: " +
+                               join(builtin_environment_names()) + "; or load your own with env.plugin)");
   }
   EnvOptions resolved = it->second.defaults;
   for (const auto& [key, value] : options) {
@@ -115,7 +118,8 @@ std::unique_ptr<Environment> make_plugin_environment(const std::string& path, co
   using EntryPoint = const EnvPluginInfo* (*)();
   auto entry = reinterpret_cast<EntryPoint>(dlsym(handle, KVRL_ENV_PLUGIN_ENTRY_POINT));
   if (entry == nullptr) {
-    throw InvalidArgumentError("environment plugin '" + path + "' has no symbol " KVRL_ENV_PLUGIN_ENTRY_POINT
+    throw InvalidArgumentError("environment plugin '" + path +
+                               "' has no symbol " KVRL_ENV_PLUGIN_ENTRY_POINT
                                ": define it with KVRL_ENV_PLUGIN (actor/env_plugin.h)");
   }
   const EnvPluginInfo* info = entry();

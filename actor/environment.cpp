@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 
@@ -42,7 +42,8 @@ void Environment::check_action(std::span<const float> action) const {
   if (space.is_discrete()) {
     const float index = action[0];
     if (!(index >= 0 && index < static_cast<float>(space.n)) || index != std::floor(index)) {
-      throw InvalidArgumentError(name() + ": action " + std::to_string(index) + " is not in " + space.describe());
+      throw InvalidArgumentError(name() + ": action " + std::to_string(index) + " is not in " +
+                                 space.describe());
     }
     return;
   }

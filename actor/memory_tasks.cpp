@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 
@@ -12,10 +12,12 @@ RepeatPrevious::RepeatPrevious(int64_t num_decks, int64_t k)
       k_(k),
       observation_space_(Space::box({4}, {0, 0, 0, 0}, {1, 1, 1, 1})),
       action_space_(Space::discrete(4)) {
-  if (num_decks < 1) throw InvalidArgumentError("RepeatPrevious: num_decks (" + std::to_string(num_decks) + ") must be >= 1");
+  if (num_decks < 1)
+    throw InvalidArgumentError("RepeatPrevious: num_decks (" + std::to_string(num_decks) + ") must be >= 1");
   if (k < 1 || k >= num_cards()) {
     throw InvalidArgumentError("RepeatPrevious: k (" + std::to_string(k) + ") must be in [1, " +
-                               std::to_string(num_cards() - 1) + "] for " + std::to_string(num_decks) + " deck(s)");
+                               std::to_string(num_cards() - 1) + "] for " + std::to_string(num_decks) +
+                               " deck(s)");
   }
 }
 
@@ -30,8 +32,8 @@ void RepeatPrevious::reset_dynamics(uint64_t seed, std::span<float> observation)
 
 void RepeatPrevious::set_state(std::span<const double> state, std::span<float> observation) {
   if (static_cast<int64_t>(state.size()) != num_cards()) {
-    throw InvalidArgumentError("RepeatPrevious: state must hold " + std::to_string(num_cards()) + " suits, got " +
-                               std::to_string(state.size()));
+    throw InvalidArgumentError("RepeatPrevious: state must hold " + std::to_string(num_cards()) +
+                               " suits, got " + std::to_string(state.size()));
   }
   suits_.clear();
   for (double suit : state) {

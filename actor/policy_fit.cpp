@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -24,9 +24,9 @@ void check_policy_fits(const PolicyShape& policy, const Space& observation_space
   const PolicyShape needed = policy_shape_for(observation_space, action_space);
   if (policy.input_size != needed.input_size || policy.discrete != needed.discrete ||
       policy.num_outputs != needed.num_outputs) {
-    throw InvalidArgumentError("the policy (" + describe(policy) + ") does not fit the environment: observations " +
-                               observation_space.describe() + ", actions " + action_space.describe() + " need " +
-                               describe(needed));
+    throw InvalidArgumentError(
+        "the policy (" + describe(policy) + ") does not fit the environment: observations " +
+        observation_space.describe() + ", actions " + action_space.describe() + " need " + describe(needed));
   }
 }
 

@@ -9,9 +9,9 @@
 namespace kvrl {
 
 struct PolicyShape {
-  int64_t input_size = 0;  // features the policy reads per step
-  bool discrete = true;    // categorical head (else Gaussian)
-  int64_t num_outputs = 0; // actions of the categorical head, or the Gaussian's dimensions
+  int64_t input_size = 0;   // features the policy reads per step
+  bool discrete = true;     // categorical head (else Gaussian)
+  int64_t num_outputs = 0;  // actions of the categorical head, or the Gaussian's dimensions
 };
 
 // The shape a policy needs for these spaces.

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {

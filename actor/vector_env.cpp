@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -24,10 +24,10 @@ VectorEnv::VectorEnv(std::vector<std::unique_ptr<Environment>> envs, uint64_t se
   for (const auto& env : envs_) {
     if (env->observation_space() != envs_.front()->observation_space() ||
         env->action_space() != envs_.front()->action_space()) {
-      throw InvalidArgumentError("VectorEnv: " + env->name() + " has spaces " + env->observation_space().describe() +
-                                 " / " + env->action_space().describe() + ", unlike the first environment's " +
-                                 envs_.front()->observation_space().describe() + " / " +
-                                 envs_.front()->action_space().describe());
+      throw InvalidArgumentError(
+          "VectorEnv: " + env->name() + " has spaces " + env->observation_space().describe() + " / " +
+          env->action_space().describe() + ", unlike the first environment's " +
+          envs_.front()->observation_space().describe() + " / " + envs_.front()->action_space().describe());
     }
   }
   observation_size_ = observation_space().flat_size();
@@ -43,8 +43,10 @@ VectorEnv::VectorEnv(std::vector<std::unique_ptr<Environment>> envs, uint64_t se
 }
 
 void VectorEnv::reset_env(int64_t index) {
-  const uint64_t episode_seed = mix(mix(seed_ ^ mix(static_cast<uint64_t>(index))) + episodes_started_[index]++);
-  envs_[index]->reset(episode_seed, std::span<float>(observations_).subspan(index * observation_size_, observation_size_));
+  const uint64_t episode_seed =
+      mix(mix(seed_ ^ mix(static_cast<uint64_t>(index))) + episodes_started_[index]++);
+  envs_[index]->reset(episode_seed,
+                      std::span<float>(observations_).subspan(index * observation_size_, observation_size_));
   is_init_[index] = 1;
 }
 
@@ -57,9 +59,10 @@ void VectorEnv::reset() {
 
 void VectorEnv::step(std::span<const float> actions) {
   if (static_cast<int64_t>(actions.size()) != num_envs() * action_size_) {
-    throw InvalidArgumentError("VectorEnv::step: got " + std::to_string(actions.size()) + " action values, expected " +
-                               std::to_string(num_envs() * action_size_) + " (" + std::to_string(num_envs()) +
-                               " environments x " + std::to_string(action_size_) + ")");
+    throw InvalidArgumentError("VectorEnv::step: got " + std::to_string(actions.size()) +
+                               " action values, expected " + std::to_string(num_envs() * action_size_) +
+                               " (" + std::to_string(num_envs()) + " environments x " +
+                               std::to_string(action_size_) + ")");
   }
   for (int64_t i = 0; i < num_envs(); ++i) {
     auto observation = std::span<float>(observations_).subspan(i * observation_size_, observation_size_);

@@ -17,19 +17,19 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "common/actor_critic.h"
-#include "common/device_placement.h"
-#include "common/mpi_transport.h"
+#include "common/comm/device_placement.h"
+#include "common/comm/mpi_communicator.h"
+#include "common/model/actor_critic.h"
 #include "learner/gradient_reducer.h"
 #ifdef KVRL_HAVE_NCCL
-#include "common/nccl_communicator.h"
+#include "common/comm/nccl_communicator.h"
 #endif
 
 namespace {
@@ -82,7 +82,8 @@ struct OverlapModel {
 
 // One learner step's forward, backward and gradient mean, averaged after backward and
 // overlapped with it, for bucket sizes from 256 KiB to everything in one bucket.
-std::vector<OverlapTiming> time_overlap(const c10::Device& device, const std::shared_ptr<kvrl::Communicator>& communicator,
+std::vector<OverlapTiming> time_overlap(const c10::Device& device,
+                                        const std::shared_ptr<kvrl::Communicator>& communicator,
                                         const OverlapModel& shape, int rank, int64_t* parameter_bytes) {
   kvrl::ActorCriticOptions options;
   options.transformer.input_size = 8;
@@ -117,25 +118,31 @@ std::vector<OverlapTiming> time_overlap(const c10::Device& device, const std::sh
     // The blocking path buckets as the communicator was built; rebuild an MPI one per size.
     std::shared_ptr<kvrl::Communicator> blocking =
         mpi ? std::make_shared<kvrl::MpiCommunicator>(MPI_COMM_WORLD, bucket_bytes) : communicator;
-    timing.after_backward_ms = time_us(device, [&] {
-      zero();
-      loss().backward();
-      std::vector<at::Tensor> grads;
-      for (auto& p : parameters) grads.push_back(p.grad());
-      blocking->all_reduce_mean(grads);
-    }) / 1e3;
+    timing.after_backward_ms = time_us(device,
+                                       [&] {
+                                         zero();
+                                         loss().backward();
+                                         std::vector<at::Tensor> grads;
+                                         for (auto& p : parameters) grads.push_back(p.grad());
+                                         blocking->all_reduce_mean(grads);
+                                       }) /
+                               1e3;
     kvrl::GradientReducer reducer(parameters, communicator, bucket_bytes);
     timing.buckets = static_cast<int64_t>(reducer.bucket_count());
     int64_t steps = 0, started_during_backward = 0;
-    timing.overlapped_ms = time_us(device, [&] {
-      zero();
-      reducer.prepare();
-      loss().backward();
-      reducer.finish();
-      ++steps;
-      started_during_backward += static_cast<int64_t>(reducer.buckets_started_during_backward());
-    }) / 1e3;
-    timing.during_backward = static_cast<double>(started_during_backward) / static_cast<double>(steps * timing.buckets);
+    timing.overlapped_ms = time_us(device,
+                                   [&] {
+                                     zero();
+                                     reducer.prepare();
+                                     loss().backward();
+                                     reducer.finish();
+                                     ++steps;
+                                     started_during_backward +=
+                                         static_cast<int64_t>(reducer.buckets_started_during_backward());
+                                   }) /
+                           1e3;
+    timing.during_backward =
+        static_cast<double>(started_during_backward) / static_cast<double>(steps * timing.buckets);
     timings.push_back(timing);
   }
   return timings;
@@ -162,14 +169,15 @@ int main(int argc, char** argv) {
     } else if (flag == "--hidden" || flag == "--layers" || flag == "--window") {
       const long long value = std::atoll(argv[i + 1]);
       if (value < 1 || value > 65536) {
-        std::fprintf(stderr, "kvrl_bench_collectives: %s %s: expected an integer in [1, 65536]\n", flag.c_str(),
-                     argv[i + 1]);
+        std::fprintf(stderr, "kvrl_bench_collectives: %s %s: expected an integer in [1, 65536]\n",
+                     flag.c_str(), argv[i + 1]);
         MPI_Finalize();
         return 2;
       }
       (flag == "--hidden" ? shape.hidden : flag == "--layers" ? shape.layers : shape.window) = value;
     } else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--json PATH] [--hidden N] [--layers N] [--window T]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--device cpu|cuda] [--json PATH] [--hidden N] [--layers N] [--window T]\n",
                    argv[0]);
       MPI_Finalize();
       return 2;
@@ -190,12 +198,14 @@ int main(int argc, char** argv) {
   if (device_name == "cuda") {
 #ifdef KVRL_HAVE_NCCL
     if (!torch::cuda::is_available()) {
-      if (rank == 0) std::fprintf(stderr, "kvrl_bench_collectives: --device cuda, but no GPU is usable here\n");
+      if (rank == 0)
+        std::fprintf(stderr, "kvrl_bench_collectives: --device cuda, but no GPU is usable here\n");
       MPI_Finalize();
       return 2;
     }
-    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(kvrl::local_rank_from_environment() %
-                                                                  static_cast<int>(torch::cuda::device_count())));
+    device =
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(kvrl::local_rank_from_environment() %
+                                                              static_cast<int>(torch::cuda::device_count())));
     communicator = std::make_shared<kvrl::NcclCommunicator>(MPI_COMM_WORLD, device, kvrl::NcclOptions{});
     transport = "NCCL";
 #else
@@ -209,28 +219,32 @@ int main(int argc, char** argv) {
 
   std::vector<Timing> timings;
   for (int64_t bytes = int64_t{4} << 10; bytes <= int64_t{64} << 20; bytes *= 4) {
-    std::vector<at::Tensor> buffer = {torch::ones({bytes / 4}, torch::TensorOptions(torch::kFloat).device(device))};
+    std::vector<at::Tensor> buffer = {
+        torch::ones({bytes / 4}, torch::TensorOptions(torch::kFloat).device(device))};
     Timing timing{bytes};
     timing.all_reduce_us = time_us(device, [&] { communicator->all_reduce_mean(buffer); });
     timing.broadcast_us = time_us(device, [&] { communicator->broadcast(buffer, 0); });
     timings.push_back(timing);
   }
   int64_t parameter_bytes = 0;
-  const std::vector<OverlapTiming> overlap = time_overlap(device, communicator, shape, rank, &parameter_bytes);
+  const std::vector<OverlapTiming> overlap =
+      time_overlap(device, communicator, shape, rank, &parameter_bytes);
 
   if (rank == 0) {
     const double bus_factor = 2.0 * (size - 1) / size;
     std::printf("%s collectives, %d rank(s) on %s; GB/s (1e9 bytes/s); busbw = algbw * %.2f for all-reduce\n",
                 transport.c_str(), size, device.str().c_str(), bus_factor);
     if (size < 2) std::printf("(one rank: no data moves between ranks, so busbw is 0 by definition)\n");
-    std::printf("| bytes | all-reduce µs | all-reduce algbw | all-reduce busbw | broadcast µs | broadcast busbw |\n");
+    std::printf(
+        "| bytes | all-reduce µs | all-reduce algbw | all-reduce busbw | broadcast µs | broadcast busbw |\n");
     std::printf("|---|---|---|---|---|---|\n");
     std::string rows;
     for (const Timing& t : timings) {
       const double reduce_algbw = t.bytes / t.all_reduce_us / 1e3;
       const double broadcast_algbw = t.bytes / t.broadcast_us / 1e3;
-      std::printf("| %lld | %.1f | %.3f | %.3f | %.1f | %.3f |\n", static_cast<long long>(t.bytes), t.all_reduce_us,
-                  reduce_algbw, reduce_algbw * bus_factor, t.broadcast_us, size > 1 ? broadcast_algbw : 0.0);
+      std::printf("| %lld | %.1f | %.3f | %.3f | %.1f | %.3f |\n", static_cast<long long>(t.bytes),
+                  t.all_reduce_us, reduce_algbw, reduce_algbw * bus_factor, t.broadcast_us,
+                  size > 1 ? broadcast_algbw : 0.0);
       char row[320];
       std::snprintf(row, sizeof(row),
                     "%s{\"bytes\": %lld, \"all_reduce_us\": %.3f, \"all_reduce_busbw_gbps\": %.4f, "
@@ -239,11 +253,14 @@ int main(int argc, char** argv) {
                     reduce_algbw * bus_factor, t.broadcast_us, size > 1 ? broadcast_algbw : 0.0);
       rows += row;
     }
-    std::printf("\nOne learner step (window forward + backward + gradient mean, no optimizer) of a transformer "
-                "ActorCritic, hidden %lld, %lld layers, 8 x %lld tokens, %.2f MB of gradients; ms, slowest rank\n",
-                static_cast<long long>(shape.hidden), static_cast<long long>(shape.layers),
-                static_cast<long long>(shape.window), parameter_bytes / 1e6);
-    std::printf("| bucket bytes | buckets | mean after backward ms | overlapped ms | speed-up | started in backward |\n");
+    std::printf(
+        "\nOne learner step (window forward + backward + gradient mean, no optimizer) of a transformer "
+        "ActorCritic, hidden %lld, %lld layers, 8 x %lld tokens, %.2f MB of gradients; ms, slowest rank\n",
+        static_cast<long long>(shape.hidden), static_cast<long long>(shape.layers),
+        static_cast<long long>(shape.window), parameter_bytes / 1e6);
+    std::printf(
+        "| bucket bytes | buckets | mean after backward ms | overlapped ms | speed-up | started in backward "
+        "|\n");
     std::printf("|---|---|---|---|---|---|\n");
     std::string overlap_rows;
     for (const OverlapTiming& t : overlap) {
@@ -255,12 +272,14 @@ int main(int argc, char** argv) {
                     "%s{\"bucket_bytes\": %lld, \"buckets\": %lld, \"after_backward_ms\": %.3f, "
                     "\"overlapped_ms\": %.3f, \"started_in_backward\": %.3f}",
                     overlap_rows.empty() ? "" : ", ", static_cast<long long>(t.bucket_bytes),
-                    static_cast<long long>(t.buckets), t.after_backward_ms, t.overlapped_ms, t.during_backward);
+                    static_cast<long long>(t.buckets), t.after_backward_ms, t.overlapped_ms,
+                    t.during_backward);
       overlap_rows += row;
     }
-    std::ofstream(json_path) << "{\"transport\": \"" << transport << "\", \"ranks\": " << size << ", \"device\": \""
-                             << device.str() << "\", \"rows\": [" << rows << "], \"overlap\": {\"hidden\": "
-                             << shape.hidden << ", \"layers\": " << shape.layers << ", \"window\": " << shape.window
+    std::ofstream(json_path) << "{\"transport\": \"" << transport << "\", \"ranks\": " << size
+                             << ", \"device\": \"" << device.str() << "\", \"rows\": [" << rows
+                             << "], \"overlap\": {\"hidden\": " << shape.hidden
+                             << ", \"layers\": " << shape.layers << ", \"window\": " << shape.window
                              << ", \"gradient_bytes\": " << parameter_bytes << ", \"rows\": [" << overlap_rows
                              << "]}}\n";
     std::printf("wrote %s\n", json_path.c_str());

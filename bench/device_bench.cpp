@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/actor_critic.h"
+#include "common/model/actor_critic.h"
 
 namespace {
 
@@ -41,7 +41,8 @@ double actor_step_us(const c10::Device& device, int64_t envs, int64_t steps) {
   kvrl::ActorCritic policy(main_job_policy());
   policy.to(device);
   torch::NoGradGuard no_grad;
-  at::Generator generator = device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::createCPUGenerator(1);
+  at::Generator generator =
+      device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::createCPUGenerator(1);
   const at::Tensor observations = torch::randn({envs, 4}, device);
   const at::Tensor first = torch::ones({envs}, torch::TensorOptions(torch::kBool).device(device));
   const at::Tensor rest = torch::zeros({envs}, torch::TensorOptions(torch::kBool).device(device));
@@ -84,8 +85,10 @@ int main(int argc, char** argv) {
   int64_t steps = 32;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (arg == "--steps" && i + 1 < argc) steps = std::stoll(argv[++i]);
+    if (arg == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (arg == "--steps" && i + 1 < argc)
+      steps = std::stoll(argv[++i]);
     else {
       std::fprintf(stderr, "usage: kvrl_bench_device [--json PATH] [--steps N]\n");
       return 2;
@@ -93,10 +96,13 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(1);  // as a rank runs: one intra-op thread
   std::vector<c10::Device> devices = {c10::Device(c10::kCPU)};
-  if (torch::cuda::is_available()) devices.emplace_back(c10::kCUDA, 0);
-  else std::printf("no usable GPU: CPU rows only\n");
+  if (torch::cuda::is_available())
+    devices.emplace_back(c10::kCUDA, 0);
+  else
+    std::printf("no usable GPU: CPU rows only\n");
   std::string json = "{\"actor_step\": [";
-  std::printf("\nactor cached step (hidden 64, 2 layers, context 64-%lld)\n", static_cast<long long>(64 + steps));
+  std::printf("\nactor cached step (hidden 64, 2 layers, context 64-%lld)\n",
+              static_cast<long long>(64 + steps));
   std::printf("| envs | device | us/step | env steps/s | vs CPU |\n|---|---|---|---|---|\n");
   bool first_row = true;
   for (int64_t envs : {64, 256, 1024, 4096}) {
@@ -105,17 +111,21 @@ int main(int argc, char** argv) {
       const double us = actor_step_us(device, envs, steps);
       if (device.is_cpu()) cpu_us = us;
       const double rate = static_cast<double>(envs) * 1e6 / us;
-      std::printf("| %lld | %s | %.0f | %.0f | %.2fx |\n", static_cast<long long>(envs), device.str().c_str(), us, rate,
-                  cpu_us / us);
+      std::printf("| %lld | %s | %.0f | %.0f | %.2fx |\n", static_cast<long long>(envs), device.str().c_str(),
+                  us, rate, cpu_us / us);
       char row[256];
-      std::snprintf(row, sizeof(row), "%s{\"envs\": %lld, \"device\": \"%s\", \"us_per_step\": %.1f, \"env_steps_per_s\": %.1f}",
-                    first_row ? "" : ", ", static_cast<long long>(envs), device.str().c_str(), us, rate);
+      std::snprintf(
+          row, sizeof(row),
+          "%s{\"envs\": %lld, \"device\": \"%s\", \"us_per_step\": %.1f, \"env_steps_per_s\": %.1f}",
+          first_row ? "" : ", ", static_cast<long long>(envs), device.str().c_str(), us, rate);
       json += row;
       first_row = false;
     }
   }
   json += "], \"learner_window\": [";
-  std::printf("\nlearner window forward+backward ([32, 512] windows)\n| device | tokens/s | vs CPU |\n|---|---|---|\n");
+  std::printf(
+      "\nlearner window forward+backward ([32, 512] windows)\n| device | tokens/s | vs CPU "
+      "|\n|---|---|---|\n");
   double cpu_rate = 0;
   first_row = true;
   for (const c10::Device& device : devices) {
@@ -129,8 +139,9 @@ int main(int argc, char** argv) {
     first_row = false;
   }
   json += "]}\n";
-  std::printf("\nall-reduce / broadcast bus bandwidth: needs 2 or more GPUs, %s\n",
-              torch::cuda::device_count() >= 2 ? "run nccl-tests-style ranks (not built yet)" : "not measured here");
+  std::printf(
+      "\nall-reduce / broadcast bus bandwidth: needs 2 or more GPUs, %s\n",
+      torch::cuda::device_count() >= 2 ? "run nccl-tests-style ranks (not built yet)" : "not measured here");
   if (!json_path.empty()) std::ofstream(json_path) << json;
   return 0;
 }

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "common/autocast_scope.h"
-#include "common/transformer_module.h"
+#include "common/model/autocast_scope.h"
+#include "common/model/transformer_module.h"
 
 namespace {
 
@@ -119,16 +119,18 @@ std::optional<BenchOptions> parse_options(int argc, char** argv) {
       bench.device = value == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, 0);
     } else if (flag == "--dtype" && (value == "float32" || value == "bfloat16")) {
       bench.bfloat16 = value == "bfloat16";
-    } else if (flag == "--max-seq-len" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos &&
-               value.size() < 10 && std::stoll(value) > kTimedSteps) {
+    } else if (flag == "--max-seq-len" && !value.empty() &&
+               value.find_first_not_of("0123456789") == std::string::npos && value.size() < 10 &&
+               std::stoll(value) > kTimedSteps) {
       bench.max_seq_len = std::stoll(value);
     } else if (flag == "--cuda-graphs" && (value == "0" || value == "1")) {
       bench.cuda_graphs = value == "1";
     } else {
-      std::fprintf(stderr,
-                   "bad option %s %s: expected --device cpu|cuda, --dtype float32|bfloat16, --max-seq-len N > %lld, "
-                   "--cuda-graphs 0|1\n",
-                   flag.c_str(), value.c_str(), static_cast<long long>(kTimedSteps));
+      std::fprintf(
+          stderr,
+          "bad option %s %s: expected --device cpu|cuda, --dtype float32|bfloat16, --max-seq-len N > %lld, "
+          "--cuda-graphs 0|1\n",
+          flag.c_str(), value.c_str(), static_cast<long long>(kTimedSteps));
       return std::nullopt;
     }
   }
@@ -143,8 +145,10 @@ std::optional<BenchOptions> parse_options(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 5 || argc % 2 == 0) {
-    std::fprintf(stderr, "usage: %s step ENVS CONTEXT REPEATS | window BATCH WINDOW REPEATS [--device D] "
-                 "[--dtype T] [--max-seq-len N] [--cuda-graphs 0|1]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s step ENVS CONTEXT REPEATS | window BATCH WINDOW REPEATS [--device D] "
+                 "[--dtype T] [--max-seq-len N] [--cuda-graphs 0|1]\n",
+                 argv[0]);
     return 2;
   }
   const std::optional<BenchOptions> bench = parse_options(argc, argv);
@@ -157,12 +161,14 @@ int main(int argc, char** argv) {
   const int64_t repeats = std::stoll(argv[4]);
   if (mode == "step") {
     if (b < kTimedSteps + 1 || b > bench->max_seq_len) {
-      std::fprintf(stderr, "CONTEXT (%lld) must be in [%lld, %lld] (--max-seq-len)\n", static_cast<long long>(b),
-                   static_cast<long long>(kTimedSteps + 1), static_cast<long long>(bench->max_seq_len));
+      std::fprintf(stderr, "CONTEXT (%lld) must be in [%lld, %lld] (--max-seq-len)\n",
+                   static_cast<long long>(b), static_cast<long long>(kTimedSteps + 1),
+                   static_cast<long long>(bench->max_seq_len));
       return 2;
     }
     std::printf("{\"mode\": \"step\", \"envs\": %lld, \"context\": %lld, \"seconds\": %.9g}\n",
-                static_cast<long long>(a), static_cast<long long>(b), time_cached_step(*bench, a, b, repeats));
+                static_cast<long long>(a), static_cast<long long>(b),
+                time_cached_step(*bench, a, b, repeats));
   } else if (mode == "window") {
     std::printf("{\"mode\": \"window\", \"batch\": %lld, \"window\": %lld, \"seconds\": %.9g}\n",
                 static_cast<long long>(a), static_cast<long long>(b), time_window(*bench, a, b, repeats));

@@ -50,6 +50,7 @@ find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 2.0 REQUIRED)
 find_package(Python3 COMPONENTS Interpreter)
 
 set(KVRL_HAVE_CUDA OFF)

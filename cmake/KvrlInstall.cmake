@@ -2,17 +2,23 @@
 # so that other projects can find_package(kvrl).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
-# Installed under the names used in the tree: kvrl::common, kvrl::actor, kvrl::learner.
+# Installed under the names used in the tree: kvrl::common (all of common/), kvrl::actor,
+# kvrl::learner, and kvrl::common_model etc. for one concern of common/.
+set(_kvrl_libraries kvrl_common kvrl_actor kvrl_learner)
 foreach(_component common actor learner)
   set_target_properties(kvrl_${_component} PROPERTIES EXPORT_NAME ${_component})
 endforeach()
-install(TARGETS kvrl_common kvrl_actor kvrl_learner EXPORT kvrlTargets
+foreach(_concern support wire io model comm)
+  set_target_properties(kvrl_common_${_concern} PROPERTIES EXPORT_NAME common_${_concern})
+  list(APPEND _kvrl_libraries kvrl_common_${_concern})
+endforeach()
+install(TARGETS ${_kvrl_libraries} EXPORT kvrlTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS kvrl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(_component common actor learner)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_component}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${_component}
-    FILES_MATCHING PATTERN "*.h")
+    FILES_MATCHING PATTERN "*.h")  # with common/'s subfolders
 endforeach()
 install(EXPORT kvrlTargets NAMESPACE kvrl:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvrl)
 # What kvrl's targets link, found again in the consumer: the libraries are static, so even

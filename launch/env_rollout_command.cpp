@@ -8,14 +8,15 @@
 #include <vector>
 
 #include "actor/env_registry.h"
-#include "common/errors.h"
-#include "common/torch_file.h"
+#include "common/io/torch_file.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
 
 at::Tensor floats_to_tensor(const std::vector<float>& values) {
-  return at::from_blob(const_cast<float*>(values.data()), {static_cast<int64_t>(values.size())}, at::kFloat).clone();
+  return at::from_blob(const_cast<float*>(values.data()), {static_cast<int64_t>(values.size())}, at::kFloat)
+      .clone();
 }
 
 EnvOptions parse_options(const c10::impl::GenericDict& input) {
@@ -33,11 +34,105 @@ EnvOptions parse_options(const c10::impl::GenericDict& input) {
   return options;
 }
 
-at::Tensor required_tensor(const c10::impl::GenericDict& input, const std::string& key, const std::string& expected) {
+at::Tensor required_tensor(const c10::impl::GenericDict& input, const std::string& key,
+                           const std::string& expected) {
   auto it = input.find(key);
-  if (it == input.end()) throw MalformedInputError("input has no key '" + key + "' (expected " + expected + ")");
+  if (it == input.end())
+    throw MalformedInputError("input has no key '" + key + "' (expected " + expected + ")");
   if (!it->value().isTensor()) throw MalformedInputError("input['" + key + "'] must be " + expected);
   return it->value().toTensor();
+}
+
+std::unique_ptr<Environment> environment_from(const c10::impl::GenericDict& input) {
+  auto name = input.find("name");
+  auto plugin = input.find("plugin");
+  if (plugin != input.end() && plugin->value().isString()) {
+    return make_plugin_environment(plugin->value().toStringRef(), parse_options(input));
+  }
+  if (name != input.end() && name->value().isString()) {
+    return make_environment(name->value().toStringRef(), parse_options(input));
+  }
+  throw MalformedInputError(
+      "input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
+}
+
+// What to roll out, read and checked from the input dict.
+struct RolloutRequest {
+  at::Tensor state;  // float64, or undefined: start from reset(seed), for environments without one
+  int64_t seed = 0;
+  at::Tensor actions;  // [T, action_size] float
+  // Optional per-step start states: step t starts from states[t], so long horizons can be
+  // compared without chaotic dynamics amplifying last-bit differences in cos and sin.
+  at::Tensor states;
+};
+
+RolloutRequest request_from(const c10::impl::GenericDict& input, int64_t action_size) {
+  RolloutRequest request;
+  if (input.contains("state")) {
+    request.state = required_tensor(input, "state", "a float64 tensor").to(at::kDouble).contiguous();
+  }
+  if (input.contains("seed")) {
+    if (!input.at("seed").isInt()) throw MalformedInputError("input['seed'] must be an int");
+    request.seed = input.at("seed").toInt();
+  }
+  request.actions =
+      required_tensor(input, "actions", "a float tensor [T, action_size]").to(at::kFloat).contiguous();
+  if (request.actions.dim() != 2 || request.actions.size(1) != action_size) {
+    throw MalformedInputError("input['actions'] must be [T, " + std::to_string(action_size) + "], got " +
+                              c10::str(request.actions.sizes()));
+  }
+  if (input.contains("states")) {
+    request.states =
+        required_tensor(input, "states", "a float64 tensor [T, state_size]").to(at::kDouble).contiguous();
+    if (request.states.dim() != 2 || request.states.size(0) < request.actions.size(0)) {
+      throw MalformedInputError("input['states'] must be [T >= " + std::to_string(request.actions.size(0)) +
+                                ", state_size], got " + c10::str(request.states.sizes()));
+    }
+  }
+  return request;
+}
+
+at::Tensor flags_tensor(const std::vector<bool>& flags) {
+  std::vector<uint8_t> bytes(flags.begin(), flags.end());
+  return at::tensor(bytes).to(at::kBool);
+}
+
+// Steps `env` through the request's actions until the episode ends; the output dict.
+c10::impl::GenericDict roll_out(Environment& env, const RolloutRequest& request) {
+  const int64_t observation_size = env.observation_space().flat_size();
+  const int64_t action_size = env.action_space().flat_size();
+  std::vector<float> observation(observation_size);
+  env.reset(static_cast<uint64_t>(request.seed), observation);
+  if (request.state.defined()) {
+    env.set_state({request.state.data_ptr<double>(), static_cast<size_t>(request.state.numel())},
+                  observation);
+  }
+  const at::Tensor initial = floats_to_tensor(observation);
+  std::vector<at::Tensor> observations;
+  std::vector<double> rewards;
+  std::vector<bool> terminated, truncated;
+  for (int64_t t = 0; t < request.actions.size(0); ++t) {
+    if (request.states.defined()) {
+      std::vector<float> ignored(observation_size);
+      env.set_state({request.states[t].data_ptr<double>(), static_cast<size_t>(request.states.size(1))},
+                    ignored);
+    }
+    const float* action = request.actions.data_ptr<float>() + t * action_size;
+    const StepResult result = env.step({action, static_cast<size_t>(action_size)}, observation);
+    observations.push_back(floats_to_tensor(observation));
+    rewards.push_back(result.reward);
+    terminated.push_back(result.terminated);
+    truncated.push_back(result.truncated);
+    if (result.terminated || result.truncated) break;
+  }
+  c10::impl::GenericDict output(c10::StringType::get(), c10::AnyType::get());
+  output.insert("initial_observation", initial);
+  output.insert("observations",
+                observations.empty() ? at::empty({0, observation_size}) : at::stack(observations));
+  output.insert("rewards", at::tensor(rewards, at::kDouble));
+  output.insert("terminated", flags_tensor(terminated));
+  output.insert("truncated", flags_tensor(truncated));
+  return output;
 }
 
 }  // namespace
@@ -46,76 +141,9 @@ void run_env_rollout(const std::string& in_path, const std::string& out_path) {
   const c10::IValue root = read_torch_file(in_path);
   if (!root.isGenericDict()) throw MalformedInputError("'" + in_path + "' must hold a dict");
   const auto input = root.toGenericDict();
-  auto name = input.find("name");
-  auto plugin = input.find("plugin");
-  std::unique_ptr<Environment> env;
-  if (plugin != input.end() && plugin->value().isString()) {
-    env = make_plugin_environment(plugin->value().toStringRef(), parse_options(input));
-  } else if (name != input.end() && name->value().isString()) {
-    env = make_environment(name->value().toStringRef(), parse_options(input));
-  } else {
-    throw MalformedInputError("input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
-  }
-  const int64_t observation_size = env->observation_space().flat_size();
-  const int64_t action_size = env->action_space().flat_size();
-
-  // Without a state the rollout starts from reset(seed): for environments without one.
-  at::Tensor state;
-  if (input.contains("state")) state = required_tensor(input, "state", "a float64 tensor").to(at::kDouble).contiguous();
-  int64_t seed = 0;
-  if (input.contains("seed")) {
-    if (!input.at("seed").isInt()) throw MalformedInputError("input['seed'] must be an int");
-    seed = input.at("seed").toInt();
-  }
-  const at::Tensor actions = required_tensor(input, "actions", "a float tensor [T, action_size]").to(at::kFloat).contiguous();
-  if (actions.dim() != 2 || actions.size(1) != action_size) {
-    throw MalformedInputError("input['actions'] must be [T, " + std::to_string(action_size) + "], got " +
-                              c10::str(actions.sizes()));
-  }
-
-  std::vector<float> observation(observation_size);
-  env->reset(static_cast<uint64_t>(seed), observation);
-  if (state.defined()) env->set_state({state.data_ptr<double>(), static_cast<size_t>(state.numel())}, observation);
-  const at::Tensor initial = floats_to_tensor(observation);
-
-  // Optional per-step start states: step t starts from states[t], so long horizons can be
-  // compared without chaotic dynamics amplifying last-bit differences in cos and sin.
-  at::Tensor states;
-  if (input.contains("states")) {
-    states = required_tensor(input, "states", "a float64 tensor [T, state_size]").to(at::kDouble).contiguous();
-    if (states.dim() != 2 || states.size(0) < actions.size(0)) {
-      throw MalformedInputError("input['states'] must be [T >= " + std::to_string(actions.size(0)) +
-                                ", state_size], got " + c10::str(states.sizes()));
-    }
-  }
-
-  std::vector<at::Tensor> observations;
-  std::vector<double> rewards;
-  std::vector<bool> terminated, truncated;
-  for (int64_t t = 0; t < actions.size(0); ++t) {
-    if (states.defined()) {
-      std::vector<float> ignored(observation_size);
-      env->set_state({states[t].data_ptr<double>(), static_cast<size_t>(states.size(1))}, ignored);
-    }
-    const float* action = actions.data_ptr<float>() + t * action_size;
-    const StepResult result = env->step({action, static_cast<size_t>(action_size)}, observation);
-    observations.push_back(floats_to_tensor(observation));
-    rewards.push_back(result.reward);
-    terminated.push_back(result.terminated);
-    truncated.push_back(result.truncated);
-    if (result.terminated || result.truncated) break;
-  }
-  auto bools = [](const std::vector<bool>& flags) {
-    std::vector<uint8_t> bytes(flags.begin(), flags.end());
-    return at::tensor(bytes).to(at::kBool);
-  };
-  c10::impl::GenericDict output(c10::StringType::get(), c10::AnyType::get());
-  output.insert("initial_observation", initial);
-  output.insert("observations", observations.empty() ? at::empty({0, observation_size}) : at::stack(observations));
-  output.insert("rewards", at::tensor(rewards, at::kDouble));
-  output.insert("terminated", bools(terminated));
-  output.insert("truncated", bools(truncated));
-  write_torch_file(out_path, output);
+  const std::unique_ptr<Environment> env = environment_from(input);
+  const RolloutRequest request = request_from(input, env->action_space().flat_size());
+  write_torch_file(out_path, roll_out(*env, request));
 }
 
 }  // namespace kvrl

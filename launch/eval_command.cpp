@@ -1,7 +1,7 @@
 #include "launch/eval_command.h"
 
-#include <ATen/ops/from_blob.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/utils.h>
 
@@ -11,10 +11,11 @@
 
 #include "actor/policy_fit.h"
 #include "actor/vector_env.h"
-#include "common/errors.h"
-#include "common/number_text.h"
-#include "common/state_dict_io.h"
-#include "common/torch_file.h"
+#include "common/io/state_dict_io.h"
+#include "common/io/torch_file.h"
+#include "common/support/errors.h"
+#include "common/support/number_text.h"
+#include "launch/command_line.h"
 #include "launch/run_setup.h"
 #include "learner/checkpoint.h"
 
@@ -24,8 +25,8 @@ namespace {
 int64_t parse_count(const std::string& option, const std::string& text, int64_t low, int64_t high) {
   const std::optional<int64_t> value = parse_integer(text);
   if (!value || *value < low || *value > high) {
-    throw InvalidArgumentError(option + " '" + text + "' must be an integer in [" + std::to_string(low) + ", " +
-                               std::to_string(high) + "]");
+    throw InvalidArgumentError(option + " '" + text + "' must be an integer in [" + std::to_string(low) +
+                               ", " + std::to_string(high) + "]");
   }
   return *value;
 }
@@ -46,27 +47,51 @@ SavedPolicy load_policy(const std::string& checkpoint) {
   return saved;
 }
 
+// Plays one episode in each of `env`'s environments with the policy; returns and lengths.
+struct PlayedEpisodes {
+  std::vector<double> returns;
+  std::vector<int64_t> lengths;
+};
+
+PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool greedy) {
+  const int64_t episodes = env.num_envs();
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  torch::NoGradGuard no_grad;
+  env.reset();
+  PlayedEpisodes played{std::vector<double>(episodes, 0.0), std::vector<int64_t>(episodes, 0)};
+  std::vector<bool> done(episodes, false);
+  int64_t remaining = episodes;
+  std::vector<float> actions(episodes * env.action_size());
+  while (remaining > 0) {
+    const at::Tensor observations = at::from_blob(const_cast<float*>(env.observations().data()),
+                                                  {episodes, env.observation_size()}, at::kFloat);
+    std::vector<uint8_t> init(env.is_init().begin(), env.is_init().end());
+    const at::Tensor is_init = at::from_blob(init.data(), {episodes}, at::kBool);
+    const PolicyStep step = policy.act(observations, is_init, generator, greedy);
+    std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
+    env.step(actions);
+    for (int64_t i = 0; i < episodes; ++i) {
+      if (done[i]) continue;
+      played.returns[i] += env.rewards()[i];
+      ++played.lengths[i];
+      if (env.terminated()[i] || env.truncated()[i]) {
+        done[i] = true;
+        --remaining;
+      }
+    }
+  }
+  return played;
+}
+
 }  // namespace
 
-int run_eval(const std::vector<std::string>& args) {
-  const std::string usage = "usage: kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]";
-  if (args.empty() || args[0].rfind("--", 0) == 0) throw InvalidArgumentError(usage);
-  std::string env_name;
-  int64_t episodes = 10, seed = 0;
-  bool greedy = false;
-  for (size_t i = 1; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw InvalidArgumentError(args[i] + " needs a value; " + usage);
-      return args[++i];
-    };
-    if (args[i] == "--env") env_name = value();
-    else if (args[i] == "--episodes") episodes = parse_count("--episodes", value(), 1, 10000);
-    else if (args[i] == "--seed") seed = parse_count("--seed", value(), 0, int64_t{1} << 62);
-    else if (args[i] == "--greedy") greedy = true;
-    else throw InvalidArgumentError("unknown argument '" + args[i] + "'; " + usage);
-  }
+int run_eval(const EvalArguments& arguments) {
+  const int64_t episodes = parse_count("--episodes", arguments.episodes, 1, 10000);
+  const int64_t seed = parse_count("--seed", arguments.seed, 0, int64_t{1} << 62);
+  const std::string& env_name = arguments.env_name;
+  const bool greedy = arguments.greedy;
   at::set_num_threads(1);
-  SavedPolicy saved = load_policy(args[0]);
+  SavedPolicy saved = load_policy(arguments.checkpoint);
   TrainConfig env_config = saved.config;
   if (!env_name.empty()) {
     env_config.env_name = env_name;
@@ -76,56 +101,34 @@ int run_eval(const std::vector<std::string>& args) {
   for (int64_t i = 0; i < episodes; ++i) envs.push_back(make_configured_env(env_config));
   const Environment& prototype = *envs.front();
   const ActorCriticOptions& policy = saved.model->options();
-  check_policy_fits({*policy.transformer.input_size, policy.discrete, policy.num_outputs}, prototype.observation_space(),
-                    prototype.action_space());
+  check_policy_fits({*policy.transformer.input_size, policy.discrete, policy.num_outputs},
+                    prototype.observation_space(), prototype.action_space());
   const int64_t time_limit = prototype.time_limit();
   if (time_limit <= 0 || time_limit > saved.config.max_seq_len) {
-    throw InvalidArgumentError(prototype.name() + "'s time limit (" + std::to_string(time_limit) +
-                               ") must be in [1, model.max_seq_len = " + std::to_string(saved.config.max_seq_len) +
-                               "] so that no episode outgrows the policy's cache");
+    throw InvalidArgumentError(
+        prototype.name() + "'s time limit (" + std::to_string(time_limit) +
+        ") must be in [1, model.max_seq_len = " + std::to_string(saved.config.max_seq_len) +
+        "] so that no episode outgrows the policy's cache");
   }
   const std::string name = prototype.name();
   VectorEnv env(std::move(envs), static_cast<uint64_t>(seed));
-  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
-  torch::NoGradGuard no_grad;
-  env.reset();
-  std::vector<double> returns(episodes, 0.0);
-  std::vector<int64_t> lengths(episodes, 0);
-  std::vector<bool> done(episodes, false);
-  int64_t remaining = episodes;
-  std::vector<float> actions(episodes * env.action_size());
-  while (remaining > 0) {
-    const at::Tensor observations =
-        at::from_blob(const_cast<float*>(env.observations().data()), {episodes, env.observation_size()}, at::kFloat);
-    std::vector<uint8_t> init(env.is_init().begin(), env.is_init().end());
-    const at::Tensor is_init = at::from_blob(init.data(), {episodes}, at::kBool);
-    const PolicyStep step = saved.model->act(observations, is_init, generator, greedy);
-    std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
-    env.step(actions);
-    for (int64_t i = 0; i < episodes; ++i) {
-      if (done[i]) continue;
-      returns[i] += env.rewards()[i];
-      ++lengths[i];
-      if (env.terminated()[i] || env.truncated()[i]) {
-        done[i] = true;
-        --remaining;
-      }
-    }
-  }
+  const PlayedEpisodes played = play(*saved.model, env, static_cast<uint64_t>(seed), greedy);
+  const std::vector<double>& returns = played.returns;
+  const std::vector<int64_t>& lengths = played.lengths;
   double mean = 0, variance = 0;
   for (double r : returns) mean += r / static_cast<double>(episodes);
   for (double r : returns) variance += (r - mean) * (r - mean) / static_cast<double>(episodes);
-  std::printf("kvrl eval: %s on %s, %lld episodes, seed %lld, %s actions\n", args[0].c_str(), name.c_str(),
-              static_cast<long long>(episodes), static_cast<long long>(seed), greedy ? "greedy" : "sampled");
+  std::printf("kvrl eval: %s on %s, %lld episodes, seed %lld, %s actions\n", arguments.checkpoint.c_str(),
+              name.c_str(), static_cast<long long>(episodes), static_cast<long long>(seed),
+              greedy ? "greedy" : "sampled");
   std::printf("return: mean %.3f std %.3f\nlengths:", mean, std::sqrt(variance));
   for (int64_t length : lengths) std::printf(" %lld", static_cast<long long>(length));
   std::printf("\n");
   return 0;
 }
 
-int run_export(const std::vector<std::string>& args) {
-  if (args.size() != 2) throw InvalidArgumentError("usage: kvrl export CHECKPOINT OUT.pt");
-  SavedPolicy saved = load_policy(args[0]);
+void run_export(const std::string& checkpoint, const std::string& out_path) {
+  SavedPolicy saved = load_policy(checkpoint);
   const ActorCriticOptions& options = saved.model->options();
   using Dict = c10::impl::GenericDict;
   auto dict = [] { return Dict(c10::StringType::get(), c10::AnyType::get()); };
@@ -139,11 +142,13 @@ int run_export(const std::vector<std::string>& args) {
   config.insert("num_layers", options.transformer.num_layers);
   config.insert("num_heads", *options.transformer.num_heads);
   config.insert("max_seq_len", *options.transformer.max_seq_len);
-  config.insert("dim_feedforward", options.transformer.dim_feedforward.value_or(4 * *options.transformer.hidden_size));
+  config.insert("dim_feedforward",
+                options.transformer.dim_feedforward.value_or(4 * *options.transformer.hidden_size));
   root.insert("config", config);
   for (const char* head : {"policy_head", "value_head"}) {
     Dict weights = dict();
-    for (const auto& item : state_dict_of(*saved.model->named_children()[head])) weights.insert(item.key(), item.value());
+    for (const auto& item : state_dict_of(*saved.model->named_children()[head]))
+      weights.insert(item.key(), item.value());
     root.insert(head, weights);
   }
   if (!options.discrete) root.insert("log_std", saved.model->named_parameters(/*recurse=*/false)["log_std"]);
@@ -153,9 +158,8 @@ int run_export(const std::vector<std::string>& args) {
   policy.insert("temporal_context", options.temporal_context);
   policy.insert("env", saved.config.env_plugin.empty() ? saved.config.env_name : saved.config.env_plugin);
   root.insert("policy", policy);
-  write_torch_file(args[1], root);
-  std::printf("kvrl export: wrote %s (TransformerModule state dict, config and heads)\n", args[1].c_str());
-  return 0;
+  write_torch_file(out_path, root);
+  std::printf("kvrl export: wrote %s (TransformerModule state dict, config and heads)\n", out_path.c_str());
 }
 
 }  // namespace kvrl

@@ -17,7 +17,9 @@
 
 namespace kvrl {
 
-int run_eval(const std::vector<std::string>& args);
-int run_export(const std::vector<std::string>& args);
+struct EvalArguments;
+
+int run_eval(const EvalArguments& arguments);
+void run_export(const std::string& checkpoint, const std::string& out_path);
 
 }  // namespace kvrl

@@ -1,79 +1,131 @@
-// The kvrl executable: dispatches to one subcommand per job.
+// The kvrl executable: one subcommand per job, parsed with CLI11. `kvrl --help` and
+// `kvrl COMMAND --help` list the options; a bad argument names itself and what is allowed
+// (exit 2).
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "common/accelerator_probe.h"
-#include "common/errors.h"
-#include "launch/train_config.h"
+#include "common/comm/accelerator_probe.h"
+#include "common/support/errors.h"
+#include "launch/command_line.h"
 #include "launch/env_rollout_command.h"
 #include "launch/eval_command.h"
 #include "launch/train_command.h"
+#include "launch/train_config.h"
 #include "launch/transformer_demo_command.h"
 #include "launch/transformer_eval_command.h"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: kvrl <command> [args]\n"
-    "commands:\n"
-    "  transformer-demo [--envs N] [--steps T] [--seed S]\n"
-    "                                  step streams through the KV cache, then compare with the window path\n"
-    "  transformer-eval IN.pt OUT.pt   run the transformer core on a torch.save'd input\n"
-    "  train CONFIG.yaml [key=value ...]\n"
-    "                                  distributed training (under mpirun; see launch/kvrl-mpirun)\n"
-    "  train [CONFIG.yaml] --resume RUN_DIR [key=value ...]\n"
-    "                                  continue a run from its newest usable checkpoint\n"
-    "  eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]\n"
-    "                                  play a saved policy: mean and std of the return, episode lengths\n"
-    "  export CHECKPOINT OUT.pt        the policy as a state dict with the reference's names (torch.load)\n"
-    "  env-rollout IN.pt OUT.pt        roll out an environment from a state with given actions\n"
-    "  config-reference                print every config key as a markdown table (docs/config.md)\n"
-    "  info                            what this build and machine can run on\n"
-    "  help                            show this message\n";
+// Set by the subcommand the line chose; runs after parsing.
+using Command = std::function<int()>;
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "kvrl: %s\n%s", message.c_str(), kUsage);
+// Under mpirun every rank parses the same line: one of them reports a bad one.
+bool reports_for_the_job() {
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (const char* rank = std::getenv(variable)) return std::string(rank) == "0";
+  }
+  return true;
+}
+
+void add_train(CLI::App& app, kvrl::TrainArguments& train, Command& command) {
+  CLI::App* sub = app.add_subcommand("train", "distributed training, under mpirun (launch/kvrl-mpirun)");
+  sub->add_option("--resume", train.resume_dir,
+                  "continue the run in RUN_DIR from its newest usable checkpoint")
+      ->type_name("RUN_DIR");
+  sub->add_option("args", train.positional, "the config file, then key=value overrides (docs/config.md)")
+      ->type_name("[CONFIG.yaml] [key=value ...]");
+  sub->callback([&] { command = [&] { return kvrl::run_train(train); }; });
+}
+
+void add_eval(CLI::App& app, kvrl::EvalArguments& eval, Command& command) {
+  CLI::App* sub =
+      app.add_subcommand("eval", "play a saved policy: mean and std of the return, episode lengths");
+  sub->add_option("checkpoint", eval.checkpoint, "a checkpoint of kvrl train")
+      ->required()
+      ->type_name("CHECKPOINT");
+  sub->add_option("--env", eval.env_name, "play in this environment instead of the checkpoint's")
+      ->type_name("NAME");
+  sub->add_option("--episodes", eval.episodes, "episodes to play, in [1, 10000] (default 10)")
+      ->type_name("N");
+  sub->add_option("--seed", eval.seed, "seeds the environments and sampling (default 0)")->type_name("S");
+  sub->add_flag("--greedy", eval.greedy, "take the most likely action instead of sampling");
+  sub->callback([&] { command = [&] { return kvrl::run_eval(eval); }; });
+}
+
+// A subcommand of two file arguments, IN and OUT.
+void add_in_out(CLI::App& app, const std::string& name, const std::string& description,
+                const std::string& in_name, std::vector<std::string>& paths,
+                const std::function<void(const std::string&, const std::string&)>& run, Command& command) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  sub->add_option("paths", paths, "input and output files")
+      ->required()
+      ->expected(2)
+      ->type_name(in_name + " OUT.pt");
+  sub->callback([&paths, run, &command] {
+    command = [&paths, run] {
+      run(paths[0], paths[1]);
+      return 0;
+    };
+  });
+}
+
+void add_demo(CLI::App& app, kvrl::DemoArguments& demo, Command& command) {
+  CLI::App* sub = app.add_subcommand("transformer-demo",
+                                     "step streams through the KV cache, then compare with the window path");
+  sub->add_option("--envs", demo.envs, "concurrent streams (default 16)")->type_name("N");
+  sub->add_option("--steps", demo.steps, "steps per stream, at most 256 (default 200)")->type_name("T");
+  sub->add_option("--seed", demo.seed, "seed (default 0)")->type_name("S");
+  sub->callback([&] { command = [&] { return kvrl::run_transformer_demo(demo); }; });
+}
+
+void add_printing(CLI::App& app, const std::string& name, const std::string& description,
+                  const std::function<std::string()>& text, Command& command) {
+  app.add_subcommand(name, description)->callback([text, &command] {
+    command = [text] {
+      std::fputs(text().c_str(), stdout);
+      return 0;
+    };
+  });
+}
+
+// What is allowed where `error` happened: the chosen subcommand's arguments, or the commands.
+std::string allowed_here(CLI::App& app) {
+  const std::vector<CLI::App*> chosen = app.get_subcommands();
+  std::string allowed;
+  const auto add = [&allowed](const std::string& item) { allowed += (allowed.empty() ? "" : ", ") + item; };
+  if (chosen.empty()) {
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add(sub->get_name());
+    return "the commands are " + allowed;
+  }
+  for (const CLI::Option* option : chosen.front()->get_options()) {
+    if (option == chosen.front()->get_help_ptr()) continue;
+    add(option->nonpositional() ? option->get_name(false, true) : option->get_type_name());
+  }
+  return "kvrl " + chosen.front()->get_name() + " takes " + allowed;
+}
+
+int refuse(CLI::App& app, const CLI::ParseError& error) {
+  if (!reports_for_the_job()) return 2;
+  const std::vector<CLI::App*> chosen = app.get_subcommands();
+  const std::vector<std::string> extras = chosen.empty() ? app.remaining() : chosen.front()->remaining();
+  std::string message = error.what();
+  if (chosen.empty() && !extras.empty()) {
+    message = "unknown command '" + extras.front() + "'";
+  } else if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr && !extras.empty()) {
+    message = "unknown argument '" + extras.front() + "'";
+  }
+  std::fprintf(stderr, "kvrl: error: %s (%s; see kvrl --help)\n", message.c_str(), allowed_here(app).c_str());
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) return usage_error("no command given");
-  const std::string& command = args[0];
+int run(const Command& command, const std::string& name) {
   try {
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (command == "train") return kvrl::run_train({args.begin() + 1, args.end()});
-    if (command == "eval") return kvrl::run_eval({args.begin() + 1, args.end()});
-    if (command == "export") return kvrl::run_export({args.begin() + 1, args.end()});
-    if (command == "env-rollout") {
-      if (args.size() != 3) return usage_error("env-rollout takes IN.pt OUT.pt");
-      kvrl::run_env_rollout(args[1], args[2]);
-      return 0;
-    }
-    if (command == "config-reference") {
-      std::fputs(kvrl::TrainConfig::reference_markdown().c_str(), stdout);
-      return 0;
-    }
-    if (command == "info") {
-      std::printf("%s\n", kvrl::probe_accelerators().summary().c_str());
-      return 0;
-    }
-    if (command == "transformer-demo") {
-      return kvrl::run_transformer_demo({args.begin() + 1, args.end()});
-    }
-    if (command == "transformer-eval") {
-      if (args.size() != 3) return usage_error("transformer-eval takes IN.pt OUT.pt");
-      kvrl::run_transformer_eval(args[1], args[2]);
-      return 0;
-    }
-    return usage_error("unknown command '" + command + "'");
+    return command();
   } catch (const kvrl::InvalidArgumentError& error) {
     // Exit 2: the input was refused (a value, an argument or a file); 1: something else failed.
     std::fprintf(stderr, "kvrl: error: %s\n", error.what());
@@ -85,7 +137,43 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvrl: error: %s\n", error.what());
     return 1;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "kvrl %s: internal error: %s\n", command.c_str(), error.what());
+    std::fprintf(stderr, "kvrl %s: internal error: %s\n", name.c_str(), error.what());
     return 3;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("kvrl: distributed actor-learner reinforcement learning with transformer policies", "kvrl");
+  app.require_subcommand(1);
+  Command command;
+  kvrl::TrainArguments train;
+  kvrl::EvalArguments eval;
+  kvrl::DemoArguments demo;
+  std::vector<std::string> export_paths, rollout_paths, transformer_paths;
+  add_train(app, train, command);
+  add_eval(app, eval, command);
+  add_in_out(app, "export", "the policy as a state dict with the reference's names (torch.load)",
+             "CHECKPOINT", export_paths, kvrl::run_export, command);
+  add_in_out(app, "env-rollout", "roll out an environment from a state with given actions", "IN.pt",
+             rollout_paths, kvrl::run_env_rollout, command);
+  add_in_out(app, "transformer-eval", "run the transformer core on a torch.save'd input", "IN.pt",
+             transformer_paths, kvrl::run_transformer_eval, command);
+  add_demo(app, demo, command);
+  add_printing(app, "config-reference", "print every config key as a markdown table (docs/config.md)",
+               kvrl::TrainConfig::reference_markdown, command);
+  add_printing(
+      app, "info", "what this build and machine can run on",
+      [] { return kvrl::probe_accelerators().summary() + "\n"; }, command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError& error) {
+    return refuse(app, error);
+  }
+  return run(command, app.get_subcommands().front()->get_name());
 }

@@ -1,8 +1,7 @@
 #include "launch/rank_report.h"
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "actor/actor_loop.h"
 #include "learner/learner_loop.h"
@@ -19,7 +18,8 @@ nlohmann::json by_rank(const std::map<int, int64_t>& counts) {
 
 }  // namespace
 
-std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras, int exit_code) {
+std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras,
+                                int exit_code) {
   const nlohmann::json report = {
       {"role", "learner"},
       {"rank", rank},
@@ -40,7 +40,8 @@ std::string learner_report_json(int rank, const LearnerStats& stats, const Learn
       {"skipped_updates", stats.skipped_updates},
       {"exit_code", exit_code},
       {"allreduce_buckets",
-       {{"started", extras.allreduce_buckets_started}, {"during_backward", extras.allreduce_buckets_during_backward}}},
+       {{"started", extras.allreduce_buckets_started},
+        {"during_backward", extras.allreduce_buckets_during_backward}}},
       {"last_checkpoint", stats.last_checkpoint},
       {"parameter_checksum", stats.parameter_checksum},
   };

@@ -17,7 +17,8 @@ struct LearnerReportExtras {
   int64_t allreduce_buckets_during_backward = 0;
 };
 
-std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras, int exit_code);
+std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras,
+                                int exit_code);
 std::string actor_report_json(int rank, const ActorStats& stats, int exit_code);
 // {"reason": count, ...} of a learner's drops, for its log line.
 std::string drop_counts_json(const LearnerStats& stats);

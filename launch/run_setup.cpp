@@ -23,8 +23,8 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   options.num_outputs = shape.num_outputs;
   options.temporal_context = config.temporal_context;
   options.transformer.cuda_graphs = config.cuda_graphs;
-  check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs}, env.observation_space(),
-                    env.action_space());
+  check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs},
+                    env.observation_space(), env.action_space());
   return options;
 }
 

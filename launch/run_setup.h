@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "actor/environment.h"
-#include "common/actor_critic.h"
+#include "common/model/actor_critic.h"
 #include "launch/train_config.h"
 
 namespace kvrl {

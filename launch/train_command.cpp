@@ -14,22 +14,25 @@
 
 #include "actor/actor_loop.h"
 #include "actor/vector_env.h"
-#include "common/accelerator_probe.h"
-#include "common/device_placement.h"
-#include "common/errors.h"
-#include "common/fault_injection.h"
-#include "common/logger.h"
-#include "common/mpi_check.h"
-#include "common/mpi_transport.h"
-#include "common/mpi_weight_broadcast.h"
+#include "common/comm/accelerator_probe.h"
+#include "common/comm/device_placement.h"
+#include "common/comm/mpi_check.h"
+#include "common/comm/mpi_communicator.h"
+#include "common/comm/mpi_transport.h"
+#include "common/comm/mpi_weight_broadcast.h"
+#include "common/support/errors.h"
+#include "common/support/fault_injection.h"
+#include "common/support/logger.h"
 #ifdef KVRL_HAVE_NCCL
-#include "common/nccl_communicator.h"
+#include "common/comm/nccl_communicator.h"
+#include "common/comm/nccl_weight_broadcast.h"
 #endif
-#include "common/process_signals.h"
-#include "learner/checkpoint.h"
-#include "launch/train_rank.h"
+#include "common/support/process_signals.h"
+#include "launch/command_line.h"
 #include "launch/run_setup.h"
 #include "launch/train_config.h"
+#include "launch/train_rank.h"
+#include "learner/checkpoint.h"
 #include "learner/learner_loop.h"
 
 namespace kvrl {
@@ -62,21 +65,25 @@ int64_t newest_checkpoint_update(const std::string& dir) {
 // NCCL when every learner is on a GPU (and kvrl was built with NCCL), MPI otherwise:
 // learners on mixed devices, or on CPU, average over MPI, staging GPU tensors through the
 // host. A collective over the learners.
-std::shared_ptr<Communicator> make_learner_communicator(MPI_Comm learners, c10::Device device, const TrainConfig& config,
-                                                        Logger& logger) {
+std::shared_ptr<Communicator> make_learner_communicator(MPI_Comm learners, c10::Device device,
+                                                        const TrainConfig& config, Logger& logger) {
   const int64_t bucket_bytes = config.allreduce_bucket_bytes();
   int on_gpu = device.is_cuda() ? 1 : 0, all_on_gpu = 0, any_on_gpu = 0;
-  KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &all_on_gpu, 1, MPI_INT, MPI_MIN, learners), "comparing the learners' devices");
-  KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &any_on_gpu, 1, MPI_INT, MPI_MAX, learners), "comparing the learners' devices");
+  KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &all_on_gpu, 1, MPI_INT, MPI_MIN, learners),
+                 "comparing the learners' devices");
+  KVRL_MPI_CHECK(MPI_Allreduce(&on_gpu, &any_on_gpu, 1, MPI_INT, MPI_MAX, learners),
+                 "comparing the learners' devices");
 #ifdef KVRL_HAVE_NCCL
   if (all_on_gpu) {
     logger.info("learners average gradients with NCCL");
-    return std::make_shared<NcclCommunicator>(learners, device, NcclOptions{bucket_bytes, config.nccl_timeout_s});
+    return std::make_shared<NcclCommunicator>(learners, device,
+                                              NcclOptions{bucket_bytes, config.nccl_timeout_s});
   }
 #endif
   if (any_on_gpu) {
-    logger.warn(all_on_gpu ? "kvrl was built without NCCL: GPU learners average gradients over MPI, through the host"
-                           : "learners are on mixed devices: gradients are averaged over MPI, through the host");
+    logger.warn(all_on_gpu
+                    ? "kvrl was built without NCCL: GPU learners average gradients over MPI, through the host"
+                    : "learners are on mixed devices: gradients are averaged over MPI, through the host");
   }
   return std::make_shared<MpiCommunicator>(learners, bucket_bytes);
 }
@@ -94,8 +101,9 @@ std::shared_ptr<WeightBroadcastTransport> make_weight_broadcast(const TrainConfi
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   int host_length = 0;
   KVRL_MPI_CHECK(MPI_Get_processor_name(host, &host_length), "reading the host name");
-  const int64_t mine[4] = {member ? 1 : 0, device.is_cuda() ? 1 : 0, device.is_cuda() ? device.index() : -1,
-                           static_cast<int64_t>(std::hash<std::string>{}(std::string(host, host_length)) >> 1)};
+  const int64_t mine[4] = {
+      member ? 1 : 0, device.is_cuda() ? 1 : 0, device.is_cuda() ? device.index() : -1,
+      static_cast<int64_t>(std::hash<std::string>{}(std::string(host, host_length)) >> 1)};
   int size = 0;
   KVRL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size), "reading the world size");
   std::vector<int64_t> all(static_cast<size_t>(4 * size));
@@ -115,8 +123,10 @@ std::shared_ptr<WeightBroadcastTransport> make_weight_broadcast(const TrainConfi
     }
   }
   if (choice == "nccl" && !nccl_obstacle.empty()) {
-    throw InvalidArgumentError("learner.weight_broadcast=nccl needs learner 0 and every actor on a GPU of its own, "
-                               "but " + nccl_obstacle + "; use auto, mpi_messages or mpi_broadcast");
+    throw InvalidArgumentError(
+        "learner.weight_broadcast=nccl needs learner 0 and every actor on a GPU of its own, "
+        "but " +
+        nccl_obstacle + "; use auto, mpi_messages or mpi_broadcast");
   }
   if (choice == "auto" && !nccl_obstacle.empty()) {
     logger.info("weights go to the actors as MPI messages (" + nccl_obstacle + ")");
@@ -135,58 +145,62 @@ std::shared_ptr<WeightBroadcastTransport> make_weight_broadcast(const TrainConfi
   return std::make_shared<MpiWeightBroadcast>(*members);
 }
 
-// `[CONFIG.yaml] [--resume RUN_DIR] [key=value ...]`.
-struct TrainArguments {
+// What the command line names: the config file and the overrides.
+struct TrainInputs {
   std::string config_path;
   std::string resume_dir;  // empty: a fresh run
   std::vector<std::string> overrides;
 };
 
-TrainArguments parse_arguments(const std::vector<std::string>& args) {
-  TrainArguments parsed;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--resume") {
-      if (i + 1 >= args.size() || args[i + 1].empty()) throw InvalidArgumentError("--resume needs a run directory");
-      parsed.resume_dir = args[++i];
-    } else if (args[i].rfind("--", 0) == 0) {
-      throw InvalidArgumentError("unknown option '" + args[i] + "' (train takes --resume RUN_DIR)");
-    } else if (i == 0 && args[i].find('=') == std::string::npos) {
-      parsed.config_path = args[i];
+// The first positional argument is the config file unless it is an override (has '=');
+// a resumed run reads RUN_DIR/config.yaml unless a config file is named.
+TrainInputs train_inputs(const TrainArguments& arguments) {
+  TrainInputs inputs;
+  inputs.resume_dir = arguments.resume_dir;
+  for (size_t i = 0; i < arguments.positional.size(); ++i) {
+    const std::string& item = arguments.positional[i];
+    if (i == 0 && item.find('=') == std::string::npos) {
+      inputs.config_path = item;
     } else {
-      parsed.overrides.push_back(args[i]);
+      inputs.overrides.push_back(item);
     }
   }
-  if (!parsed.resume_dir.empty()) {
-    if (!std::filesystem::is_directory(parsed.resume_dir)) {
-      throw InvalidArgumentError("--resume " + parsed.resume_dir + ": no such run directory");
+  if (!inputs.resume_dir.empty()) {
+    if (!std::filesystem::is_directory(inputs.resume_dir)) {
+      throw InvalidArgumentError("--resume " + inputs.resume_dir + ": no such run directory");
     }
-    if (parsed.config_path.empty()) parsed.config_path = (std::filesystem::path(parsed.resume_dir) / "config.yaml").string();
-    parsed.overrides.push_back("run.dir=" + parsed.resume_dir);
+    if (inputs.config_path.empty())
+      inputs.config_path = (std::filesystem::path(inputs.resume_dir) / "config.yaml").string();
+    inputs.overrides.push_back("run.dir=" + inputs.resume_dir);
   }
-  if (parsed.config_path.empty()) {
-    throw InvalidArgumentError("train needs a config file: kvrl train CONFIG.yaml [key=value ...] or "
-                               "kvrl train --resume RUN_DIR [key=value ...]");
+  if (inputs.config_path.empty()) {
+    throw InvalidArgumentError(
+        "train needs a config file: kvrl train CONFIG.yaml [key=value ...] or "
+        "kvrl train --resume RUN_DIR [key=value ...]");
   }
-  return parsed;
+  return inputs;
 }
 
-Setup prepare(const TrainArguments& arguments) {
+Setup prepare(const TrainInputs& arguments) {
   Setup setup;
   setup.config = TrainConfig::load(arguments.config_path, arguments.overrides);
   setup.prototype = make_configured_env(setup.config);
   const int64_t time_limit = setup.prototype->time_limit();
   if (time_limit <= 0) {
-    throw InvalidArgumentError(setup.prototype->name() + " has no time limit, so its episodes could outgrow the cache: "
+    throw InvalidArgumentError(setup.prototype->name() +
+                               " has no time limit, so its episodes could outgrow the cache: "
                                "give it one (kvrl trains on complete episodes)");
   }
   if (time_limit + 1 > setup.config.max_seq_len) {
-    throw InvalidArgumentError("env time limit (" + std::to_string(time_limit) + ") + 1 exceeds model.max_seq_len (" +
-                               std::to_string(setup.config.max_seq_len) +
-                               "): raise max_seq_len or lower the time limit (the learner adds one token per episode "
-                               "for its final observation)");
+    throw InvalidArgumentError(
+        "env time limit (" + std::to_string(time_limit) + ") + 1 exceeds model.max_seq_len (" +
+        std::to_string(setup.config.max_seq_len) +
+        "): raise max_seq_len or lower the time limit (the learner adds one token per episode "
+        "for its final observation)");
   }
   setup.model = model_options(setup.config, *setup.prototype);
-  setup.spec = {setup.prototype->observation_space().flat_size(), setup.prototype->action_space().flat_size(), time_limit};
+  setup.spec = {setup.prototype->observation_space().flat_size(), setup.prototype->action_space().flat_size(),
+                time_limit};
   return setup;
 }
 
@@ -230,13 +244,15 @@ void check_world(const TrainConfig& config, int size, const std::string& config_
   const int64_t share = (config.steps_per_update + config.learners - 1) / config.learners;
   if ((size - config.learners) * config.credit_steps < share) {
     throw InvalidArgumentError("actor.credit_steps (" + std::to_string(config.credit_steps) + ") x " +
-                               std::to_string(size - config.learners) + " actor(s) is less than one learner's share of "
-                               "learner.steps_per_update (" + std::to_string(share) +
+                               std::to_string(size - config.learners) +
+                               " actor(s) is less than one learner's share of "
+                               "learner.steps_per_update (" +
+                               std::to_string(share) +
                                "): the learners could never fill a batch; raise actor.credit_steps");
   }
 }
 
-RankPlan plan_rank(const TrainConfig& config, const TrainArguments& arguments, const MpiSession& mpi) {
+RankPlan plan_rank(const TrainConfig& config, const TrainInputs& arguments, const MpiSession& mpi) {
   RankPlan plan;
   plan.rank = mpi.rank();
   plan.size = mpi.size();
@@ -248,7 +264,8 @@ RankPlan plan_rank(const TrainConfig& config, const TrainArguments& arguments, c
   plan.progress_in_place = progress_in_place_from_environment();
   plan.faults = FaultPlan::from_environment(plan.rank);
   if (plan.resuming && CheckpointDirectory(plan.checkpoint_dir, 1).newest_first().empty()) {
-    throw InvalidArgumentError("--resume " + arguments.resume_dir + ": no checkpoint in " + plan.checkpoint_dir);
+    throw InvalidArgumentError("--resume " + arguments.resume_dir + ": no checkpoint in " +
+                               plan.checkpoint_dir);
   }
   return plan;
 }
@@ -263,7 +280,8 @@ void start_run_directory(const TrainConfig& config, RankPlan& plan) {
     std::fflush(stdout);
   }
   plan.resume_offset = plan.rank == 0 && plan.resuming ? newest_checkpoint_update(plan.checkpoint_dir) : 0;
-  KVRL_MPI_CHECK(MPI_Bcast(&plan.resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "sharing the resume point");
+  KVRL_MPI_CHECK(MPI_Bcast(&plan.resume_offset, 1, MPI_INT64_T, 0, MPI_COMM_WORLD),
+                 "sharing the resume point");
 }
 
 // The rank's device from its role's config key, logged with why (a fallback as a warning).
@@ -283,7 +301,8 @@ c10::Device place_rank(const TrainConfig& config, const RankPlan& plan, Logger& 
 
 void log_roles(const TrainConfig& config, const RankPlan& plan, Logger& logger) {
   if (plan.rank != 0) return;
-  logger.info(cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", plan.size - 1));
+  logger.info(
+      cat("ranks: learners 0-", config.learners - 1, ", actors ", config.learners, "-", plan.size - 1));
   // launch/kvrl-mpirun names the role of a rank that dies from this file.
   if (const char* role_map = std::getenv("KVRL_ROLE_MAP")) {
     std::string lines;
@@ -296,7 +315,8 @@ void log_roles(const TrainConfig& config, const RankPlan& plan, Logger& logger) 
 // gets (one by default), whatever OMP_NUM_THREADS says.
 void set_threads_and_seed(const TrainConfig& config, const RankPlan& plan, Logger& logger) {
   at::set_num_threads(static_cast<int>(plan.is_learner ? config.learner_threads : config.actor_threads));
-  logger.info(cat(at::get_num_threads(), " intra-op thread(s) (", plan.is_learner ? "learner" : "actor", ".threads)"));
+  logger.info(cat(at::get_num_threads(), " intra-op thread(s) (", plan.is_learner ? "learner" : "actor",
+                  ".threads)"));
   torch::manual_seed(config.seed);
 }
 
@@ -316,9 +336,8 @@ std::shared_ptr<ActorCritic> make_model(Setup& setup, const RankPlan& plan, c10:
 // The rank's role, from its communicators to its report; returns its exit code.
 int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
   const TrainConfig& config = setup.config;
-  auto logger =
-      std::make_shared<Logger>(plan.rank, state.role, (plan.run_dir / cat("rank", plan.rank, ".log")).string(),
-                               config.log_level);
+  auto logger = std::make_shared<Logger>(
+      plan.rank, state.role, (plan.run_dir / cat("rank", plan.rank, ".log")).string(), config.log_level);
   const c10::Device device = place_rank(config, plan, *logger);
   log_roles(config, plan, *logger);
   set_threads_and_seed(config, plan, *logger);
@@ -327,8 +346,8 @@ int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
                  "splitting the learners off");
   MpiTransport transport(MPI_COMM_WORLD);
   MPI_Comm weight_comm = MPI_COMM_NULL;
-  RankResources resources{config, plan, logger, transport, make_model(setup, plan, device, logger), device, nullptr,
-                          setup.spec};
+  RankResources resources{config, plan,    logger,    transport, make_model(setup, plan, device, logger),
+                          device, nullptr, setup.spec};
   try {
     resources.weight_broadcast =
         make_weight_broadcast(config, plan.rank == 0 || !plan.is_learner, device, &weight_comm, *logger);
@@ -349,13 +368,13 @@ int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
 
 }  // namespace
 
-int run_train(const std::vector<std::string>& args) {
+int run_train(const TrainArguments& command_line) {
   MpiSession mpi;
   install_crash_reporter(mpi.rank(), "starting");
   install_stop_request_handlers();
   RankState state;
   try {
-    const TrainArguments arguments = parse_arguments(args);
+    const TrainInputs arguments = train_inputs(command_line);
     Setup setup = prepare(arguments);
     check_world(setup.config, mpi.size(), arguments.config_path);
     RankPlan plan = plan_rank(setup.config, arguments, mpi);
@@ -370,7 +389,8 @@ int run_train(const std::vector<std::string>& args) {
       if (mpi.rank() == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
       return kTrainBadInput;
     }
-    std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", mpi.rank(), state.role.c_str(), error.what());
+    std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", mpi.rank(), state.role.c_str(),
+                 error.what());
     // A rank that fails mid-run takes the job down instead of leaving peers waiting.
     MPI_Abort(MPI_COMM_WORLD, kTrainFailed);
     return kTrainFailed;

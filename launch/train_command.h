@@ -14,13 +14,15 @@ namespace kvrl {
 
 // Exit codes of `kvrl train` (docs/reliability.md).
 inline constexpr int kTrainFinished = 0;
-inline constexpr int kTrainFailed = 1;         // a rank failed (MPI_Abort)
-inline constexpr int kTrainBadInput = 2;       // config or command line rejected before any work
-inline constexpr int kTrainNonFinite = 3;      // stopped after too many NaN/Inf updates; checkpoint saved
-inline constexpr int kTrainInterrupted = 75;   // stopped by a signal; checkpoint saved (EX_TEMPFAIL)
+inline constexpr int kTrainFailed = 1;        // a rank failed (MPI_Abort)
+inline constexpr int kTrainBadInput = 2;      // config or command line rejected before any work
+inline constexpr int kTrainNonFinite = 3;     // stopped after too many NaN/Inf updates; checkpoint saved
+inline constexpr int kTrainInterrupted = 75;  // stopped by a signal; checkpoint saved (EX_TEMPFAIL)
 
 // Returns the process exit code. Must run under mpirun/mpiexec with at least
 // learners + 1 ranks; otherwise it says how to launch and returns kTrainBadInput.
-int run_train(const std::vector<std::string>& args);
+struct TrainArguments;
+
+int run_train(const TrainArguments& arguments);
 
 }  // namespace kvrl

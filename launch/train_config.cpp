@@ -10,9 +10,9 @@
 #include <limits>
 #include <sstream>
 
-#include "common/device_placement.h"
-#include "common/errors.h"
-#include "common/number_text.h"
+#include "common/comm/device_placement.h"
+#include "common/support/errors.h"
+#include "common/support/number_text.h"
 #include "learner/learner_loop.h"
 
 namespace kvrl {
@@ -35,9 +35,13 @@ struct Field {
 // top-level and nested (learner.*) fields are addressed the same way.
 template <typename Member>
 Field int_field(std::string key, Member member, int64_t low, int64_t high, std::string doc) {
-  const std::string allowed = "an integer in [" + std::to_string(low) + ", " +
-                              (high == std::numeric_limits<int64_t>::max() ? std::string("inf") : std::to_string(high)) + "]";
-  return {key, "int", allowed, std::move(doc),
+  const std::string allowed =
+      "an integer in [" + std::to_string(low) + ", " +
+      (high == std::numeric_limits<int64_t>::max() ? std::string("inf") : std::to_string(high)) + "]";
+  return {key,
+          "int",
+          allowed,
+          std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
             const std::optional<int64_t> value = parse_integer(text);
             if (!value || *value < low || *value > high) fail(k, text, "expected " + allowed);
@@ -51,7 +55,10 @@ Field float_field(std::string key, Member member, double low, double high, std::
   std::ostringstream range;
   range << "a number in [" << low << ", " << high << "]";
   const std::string allowed = range.str();
-  return {key, "float", allowed, std::move(doc),
+  return {key,
+          "float",
+          allowed,
+          std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
             const std::optional<double> value = parse_number(text);
             if (!value || *value < low || *value > high) fail(k, text, "expected " + allowed);
@@ -66,11 +73,17 @@ Field float_field(std::string key, Member member, double low, double high, std::
 
 template <typename Member>
 Field bool_field(std::string key, Member member, std::string doc) {
-  return {key, "bool", "true or false", std::move(doc),
+  return {key,
+          "bool",
+          "true or false",
+          std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
-            if (text == "true") member(c) = true;
-            else if (text == "false") member(c) = false;
-            else fail(k, text, "expected true or false");
+            if (text == "true")
+              member(c) = true;
+            else if (text == "false")
+              member(c) = false;
+            else
+              fail(k, text, "expected true or false");
           },
           [=](const TrainConfig& c) { return std::string(member(c) ? "true" : "false"); }};
 }
@@ -82,7 +95,10 @@ Field string_field(std::string key, Member member, std::vector<std::string> choi
     allowed = "one of";
     for (const auto& choice : choices) allowed += " " + choice;
   }
-  return {key, "string", allowed, std::move(doc),
+  return {key,
+          "string",
+          allowed,
+          std::move(doc),
           [=](TrainConfig& c, const std::string& k, const std::string& text) {
             if (!choices.empty() && std::find(choices.begin(), choices.end(), text) == choices.end()) {
               fail(k, text, "expected " + allowed);
@@ -92,105 +108,223 @@ Field string_field(std::string key, Member member, std::vector<std::string> choi
           [=](const TrainConfig& c) { return member(c); }};
 }
 
-const std::vector<Field>& schema() {
+// The keys of the run, its status server, its roles and its environment, in the reference's order.
+std::vector<Field> run_fields() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  static const std::vector<Field> fields{
-      int_field("run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax, "seeds environments, action sampling and initial weights"),
-      int_field("run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
-                "stop once this many environment steps reached the learners"),
-      int_field("run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax, "also stop after this many updates; 0 = no limit"),
-      string_field("run.dir", [](auto& c) -> auto& { return c.run_dir; }, {}, "run directory: logs, effective config, per-rank stats"),
-      float_field("run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400, "seconds between progress lines"),
-      string_field("run.log_level", [](auto& c) -> auto& { return c.log_level; },
-                   {"trace", "debug", "info", "warn", "error", "off"},
-                   "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
-      int_field("status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
-                "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
-      string_field("status.address", [](auto& c) -> auto& { return c.status_address; }, {},
-                   "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
-      int_field("learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024, "learner ranks (the lowest ranks); the other ranks act"),
-      string_field("env.name", [](auto& c) -> auto& { return c.env_name; }, {}, "a built-in environment (see docs/environments.md)"),
-      string_field("env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {}, "path of an environment plugin; replaces env.name"),
-      int_field("env.num_envs", [](auto& c) -> auto& { return c.num_envs; }, 1, 65536, "environments stepped together by each actor"),
-      int_field("model.hidden_size", [](auto& c) -> auto& { return c.hidden_size; }, 1, 65536, "transformer width"),
-      int_field("model.num_layers", [](auto& c) -> auto& { return c.num_layers; }, 1, 256, "transformer blocks"),
-      int_field("model.num_heads", [](auto& c) -> auto& { return c.num_heads; }, 1, 1024, "attention heads; must divide hidden_size"),
-      int_field("model.max_seq_len", [](auto& c) -> auto& { return c.max_seq_len; }, 2, 1 << 20,
-                "positions and cache slots; must exceed the environment's time limit"),
-      int_field("model.dim_feedforward", [](auto& c) -> auto& { return c.dim_feedforward; }, 0, 1 << 20, "MLP width; 0 = 4 * hidden_size"),
-      bool_field("model.temporal_context", [](auto& c) -> auto& { return c.temporal_context; },
-                 "false: every step sees only its own observation (the memoryless baseline)"),
-      bool_field("model.cuda_graphs", [](auto& c) -> auto& { return c.cuda_graphs; },
-                 "on CUDA, capture the actors' cached step in a CUDA graph per batch size (a failed capture is logged and "
-                 "steps run without); no effect on CPU"),
-      string_field("learner.algorithm", [](auto& c) -> auto& { return c.learner.algorithm; }, {"ppo", "vtrace"}, "the loss"),
-      float_field("learner.learning_rate", [](auto& c) -> auto& { return c.learner.learning_rate; }, 1e-8, 1.0, "Adam step size"),
-      string_field("learner.lr_schedule", [](auto& c) -> auto& { return c.learner.lr_schedule; }, {"constant", "linear"},
-                   "linear decays to 0 at the planned number of updates"),
-      float_field("learner.max_grad_norm", [](auto& c) -> auto& { return c.learner.max_grad_norm; }, 0, 1e6, "gradient-norm clip; 0 = off"),
-      float_field("learner.reward_scale", [](auto& c) -> auto& { return c.learner.reward_scale; }, 1e-9, 1e9,
-                  "rewards are multiplied by this in the losses, not in the reported returns"),
-      float_field("learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount"),
-      float_field("learner.gae_lambda", [](auto& c) -> auto& { return c.learner.gae_lambda; }, 0, 1, "GAE lambda (PPO)"),
-      float_field("learner.clip_epsilon", [](auto& c) -> auto& { return c.learner.clip_epsilon; }, 1e-6, 1, "ratio clip (PPO)"),
-      bool_field("learner.decoupled", [](auto& c) -> auto& { return c.learner.decoupled; },
-                 "PPO: clip against the learner's policy at the batch start and weight by pi/mu truncated at rho_bar "
-                 "(decoupled PPO); false: classic PPO against the behaviour policy"),
-      float_field("learner.value_clip", [](auto& c) -> auto& { return c.learner.value_clip; }, 0, 1e6, "value clip (PPO); 0 = off"),
-      int_field("learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000, "passes over each batch (PPO; V-trace recomputes its targets each step)"),
-      int_field("learner.minibatches", [](auto& c) -> auto& { return c.learner.minibatches; }, 1, 1 << 16,
-                "optimizer steps per epoch, each on a share of the batch's rows"),
-      float_field("learner.entropy_coef", [](auto& c) -> auto& { return c.learner.entropy_coef; }, 0, 10, "entropy bonus weight"),
-      float_field("learner.value_coef", [](auto& c) -> auto& { return c.learner.value_coef; }, 0, 100, "value loss weight"),
-      float_field("learner.rho_bar", [](auto& c) -> auto& { return c.learner.rho_bar; }, 1e-6, 1e6, "importance-weight clip (V-trace; decoupled PPO's behaviour weights)"),
-      float_field("learner.c_bar", [](auto& c) -> auto& { return c.learner.c_bar; }, 1e-6, 1e6, "trace clip (V-trace)"),
-      int_field("learner.steps_per_update", [](auto& c) -> auto& { return c.steps_per_update; }, 1, kMax, "env steps per update, all learners"),
-      int_field("learner.weight_sync_interval", [](auto& c) -> auto& { return c.weight_sync_interval; }, 1, kMax,
-                "learner 0 sends weights to the actors every K updates"),
-      int_field("learner.max_policy_lag", [](auto& c) -> auto& { return c.max_policy_lag; }, 0, kMax,
-                "drop episodes acted on by weights older than this many versions; 0 = keep all"),
-      int_field("learner.max_consecutive_skips", [](auto& c) -> auto& { return c.max_consecutive_skips; }, 1, 1000000,
-                "an update with a NaN or Inf loss or gradient is skipped; after this many in a row the run stops"),
-      string_field("learner.device", [](auto& c) -> auto& { return c.learner_device; }, {},
-                   "auto (a GPU by local rank when there is one, else CPU), cpu, cuda or cuda:N; no usable GPU: CPU, logged"),
-      float_field("learner.allreduce_bucket_mb", [](auto& c) -> auto& { return c.allreduce_bucket_mb; }, 0.001, 4096,
-                  "gradients are averaged over the learners in flat buckets of at most this many MiB"),
-      bool_field("learner.overlap_allreduce", [](auto& c) -> auto& { return c.learner.overlap_allreduce; },
-                 "start each bucket's all-reduce as soon as backward has produced its gradients (true) or "
-                 "all of them after backward (false)"),
-      float_field("learner.nccl_timeout_s", [](auto& c) -> auto& { return c.nccl_timeout_s; }, 1, 86400,
-                  "an NCCL collective of the learners, or a staged weight broadcast, still running after this many seconds stops the run"),
-      string_field("learner.weight_broadcast", [](auto& c) -> auto& { return c.weight_broadcast; },
-                   {"auto", "mpi_messages", "mpi_broadcast", "nccl"},
-                   "how learner 0 sends weights to the actors: auto = nccl when learner 0 and every actor are on "
-                   "GPUs of their own, else mpi_messages (one message per actor); mpi_broadcast and nccl announce "
-                   "each version and broadcast into the actors' staging buffers"),
-      string_field("learner.autocast", [](auto& c) -> auto& { return c.learner_autocast; }, {"none", "bfloat16"},
-                   "bfloat16: the learner's window forward runs under autocast (losses, gradients and Adam stay "
-                   "float32); fast on GPUs and CPUs with bf16 units, slow on others"),
-      string_field("actor.autocast", [](auto& c) -> auto& { return c.actor_autocast; }, {"none", "bfloat16"},
-                   "bfloat16: actors step under autocast and keep their key/value caches in bf16 (half the "
-                   "memory and cache reads), as the reference does under torch.autocast"),
-      int_field("learner.threads", [](auto& c) -> auto& { return c.learner_threads; }, 1, 256,
-                "intra-op threads of each learner rank; ranks share a node's cores, so the threads of all "
-                "ranks on a node should not exceed its cores"),
-      int_field("actor.threads", [](auto& c) -> auto& { return c.actor_threads; }, 1, 256,
-                "intra-op threads of each actor rank (as learner.threads)"),
-      string_field("actor.device", [](auto& c) -> auto& { return c.actor_device; }, {},
-                   "auto, cpu, cuda or cuda:N, as learner.device: where the policy, its caches and sampling run"),
-      int_field("checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1, kMax,
-                "learner 0 writes a checkpoint every this many updates (and at the end)"),
-      float_field("checkpoint.interval_s", [](auto& c) -> auto& { return c.checkpoint_interval_s; }, 1, 1e9,
-                  "or after this many seconds since the last one, whichever comes first"),
-      int_field("checkpoint.keep", [](auto& c) -> auto& { return c.checkpoint_keep; }, 1, 1000000,
-                "the newest checkpoints kept in <run.dir>/checkpoints"),
-      int_field("actor.credit_steps", [](auto& c) -> auto& { return c.credit_steps; }, 1, int64_t{1} << 40,
-                "env steps an actor may have in flight to each learner (flow control)"),
-      bool_field("actor.keep_context_on_update", [](auto& c) -> auto& { return c.keep_context_on_update; },
-                 "after new weights, rebuild each stream's key/value cache from its episode so far (true) or "
-                 "restart every stream's context as the reference does (false; the restart is recorded as is_init, "
-                 "so the learner's windows restart there too)"),
-  };
+  return {int_field(
+              "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
+              "seeds environments, action sampling and initial weights"),
+          int_field(
+              "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
+              "stop once this many environment steps reached the learners"),
+          int_field(
+              "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
+              "also stop after this many updates; 0 = no limit"),
+          string_field(
+              "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
+              "run directory: logs, effective config, per-rank stats"),
+          float_field(
+              "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
+              "seconds between progress lines"),
+          string_field(
+              "run.log_level", [](auto& c) -> auto& { return c.log_level; },
+              {"trace", "debug", "info", "warn", "error", "off"},
+              "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
+          int_field(
+              "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
+              "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
+          string_field(
+              "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
+              "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
+          int_field(
+              "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
+              "learner ranks (the lowest ranks); the other ranks act"),
+          string_field(
+              "env.name", [](auto& c) -> auto& { return c.env_name; }, {},
+              "a built-in environment (see docs/environments.md)"),
+          string_field(
+              "env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {},
+              "path of an environment plugin; replaces env.name"),
+          int_field(
+              "env.num_envs", [](auto& c) -> auto& { return c.num_envs; }, 1, 65536,
+              "environments stepped together by each actor")};
+}
+
+// The keys of the policy, in the reference's order.
+std::vector<Field> model_fields() {
+  return {
+      int_field(
+          "model.hidden_size", [](auto& c) -> auto& { return c.hidden_size; }, 1, 65536, "transformer width"),
+      int_field(
+          "model.num_layers", [](auto& c) -> auto& { return c.num_layers; }, 1, 256, "transformer blocks"),
+      int_field(
+          "model.num_heads", [](auto& c) -> auto& { return c.num_heads; }, 1, 1024,
+          "attention heads; must divide hidden_size"),
+      int_field(
+          "model.max_seq_len", [](auto& c) -> auto& { return c.max_seq_len; }, 2, 1 << 20,
+          "positions and cache slots; must exceed the environment's time limit"),
+      int_field(
+          "model.dim_feedforward", [](auto& c) -> auto& { return c.dim_feedforward; }, 0, 1 << 20,
+          "MLP width; 0 = 4 * hidden_size"),
+      bool_field(
+          "model.temporal_context", [](auto& c) -> auto& { return c.temporal_context; },
+          "false: every step sees only its own observation (the memoryless baseline)"),
+      bool_field(
+          "model.cuda_graphs", [](auto& c) -> auto& { return c.cuda_graphs; },
+          "on CUDA, capture the actors' cached step in a CUDA graph per batch size (a failed capture is "
+          "logged and "
+          "steps run without); no effect on CPU")};
+}
+
+// The keys of the losses and the optimizer, in the reference's order.
+std::vector<Field> loss_fields() {
+  return {string_field(
+              "learner.algorithm", [](auto& c) -> auto& { return c.learner.algorithm; }, {"ppo", "vtrace"},
+              "the loss"),
+          float_field(
+              "learner.learning_rate", [](auto& c) -> auto& { return c.learner.learning_rate; }, 1e-8, 1.0,
+              "Adam step size"),
+          string_field(
+              "learner.lr_schedule", [](auto& c) -> auto& { return c.learner.lr_schedule; },
+              {"constant", "linear"}, "linear decays to 0 at the planned number of updates"),
+          float_field(
+              "learner.max_grad_norm", [](auto& c) -> auto& { return c.learner.max_grad_norm; }, 0, 1e6,
+              "gradient-norm clip; 0 = off"),
+          float_field(
+              "learner.reward_scale", [](auto& c) -> auto& { return c.learner.reward_scale; }, 1e-9, 1e9,
+              "rewards are multiplied by this in the losses, not in the reported returns"),
+          float_field(
+              "learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount"),
+          float_field(
+              "learner.gae_lambda", [](auto& c) -> auto& { return c.learner.gae_lambda; }, 0, 1,
+              "GAE lambda (PPO)"),
+          float_field(
+              "learner.clip_epsilon", [](auto& c) -> auto& { return c.learner.clip_epsilon; }, 1e-6, 1,
+              "ratio clip (PPO)"),
+          bool_field(
+              "learner.decoupled", [](auto& c) -> auto& { return c.learner.decoupled; },
+              "PPO: clip against the learner's policy at the batch start and weight by pi/mu truncated at "
+              "rho_bar "
+              "(decoupled PPO); false: classic PPO against the behaviour policy"),
+          float_field(
+              "learner.value_clip", [](auto& c) -> auto& { return c.learner.value_clip; }, 0, 1e6,
+              "value clip (PPO); 0 = off"),
+          int_field(
+              "learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000,
+              "passes over each batch (PPO; V-trace recomputes its targets each step)"),
+          int_field(
+              "learner.minibatches", [](auto& c) -> auto& { return c.learner.minibatches; }, 1, 1 << 16,
+              "optimizer steps per epoch, each on a share of the batch's rows"),
+          float_field(
+              "learner.entropy_coef", [](auto& c) -> auto& { return c.learner.entropy_coef; }, 0, 10,
+              "entropy bonus weight"),
+          float_field(
+              "learner.value_coef", [](auto& c) -> auto& { return c.learner.value_coef; }, 0, 100,
+              "value loss weight"),
+          float_field(
+              "learner.rho_bar", [](auto& c) -> auto& { return c.learner.rho_bar; }, 1e-6, 1e6,
+              "importance-weight clip (V-trace; decoupled PPO's behaviour weights)"),
+          float_field(
+              "learner.c_bar", [](auto& c) -> auto& { return c.learner.c_bar; }, 1e-6, 1e6,
+              "trace clip (V-trace)")};
+}
+
+// The keys of batches, weights and policy lag, in the reference's order.
+std::vector<Field> flow_fields() {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {
+      int_field(
+          "learner.steps_per_update", [](auto& c) -> auto& { return c.steps_per_update; }, 1, kMax,
+          "env steps per update, all learners"),
+      int_field(
+          "learner.weight_sync_interval", [](auto& c) -> auto& { return c.weight_sync_interval; }, 1, kMax,
+          "learner 0 sends weights to the actors every K updates"),
+      int_field(
+          "learner.max_policy_lag", [](auto& c) -> auto& { return c.max_policy_lag; }, 0, kMax,
+          "drop episodes acted on by weights older than this many versions; 0 = keep all"),
+      int_field(
+          "learner.max_consecutive_skips", [](auto& c) -> auto& { return c.max_consecutive_skips; }, 1,
+          1000000,
+          "an update with a NaN or Inf loss or gradient is skipped; after this many in a row the run stops")};
+}
+
+// The keys of devices, collectives, precision and threads, in the reference's order.
+std::vector<Field> placement_fields() {
+  return {
+      string_field(
+          "learner.device", [](auto& c) -> auto& { return c.learner_device; }, {},
+          "auto (a GPU by local rank when there is one, else CPU), cpu, cuda or cuda:N; no usable GPU: CPU, "
+          "logged"),
+      float_field(
+          "learner.allreduce_bucket_mb", [](auto& c) -> auto& { return c.allreduce_bucket_mb; }, 0.001, 4096,
+          "gradients are averaged over the learners in flat buckets of at most this many MiB"),
+      bool_field(
+          "learner.overlap_allreduce", [](auto& c) -> auto& { return c.learner.overlap_allreduce; },
+          "start each bucket's all-reduce as soon as backward has produced its gradients (true) or "
+          "all of them after backward (false)"),
+      float_field(
+          "learner.nccl_timeout_s", [](auto& c) -> auto& { return c.nccl_timeout_s; }, 1, 86400,
+          "an NCCL collective of the learners, or a staged weight broadcast, still running after this many "
+          "seconds stops the run"),
+      string_field(
+          "learner.weight_broadcast", [](auto& c) -> auto& { return c.weight_broadcast; },
+          {"auto", "mpi_messages", "mpi_broadcast", "nccl"},
+          "how learner 0 sends weights to the actors: auto = nccl when learner 0 and every actor are on "
+          "GPUs of their own, else mpi_messages (one message per actor); mpi_broadcast and nccl announce "
+          "each version and broadcast into the actors' staging buffers"),
+      string_field(
+          "learner.autocast", [](auto& c) -> auto& { return c.learner_autocast; }, {"none", "bfloat16"},
+          "bfloat16: the learner's window forward runs under autocast (losses, gradients and Adam stay "
+          "float32); fast on GPUs and CPUs with bf16 units, slow on others"),
+      string_field(
+          "actor.autocast", [](auto& c) -> auto& { return c.actor_autocast; }, {"none", "bfloat16"},
+          "bfloat16: actors step under autocast and keep their key/value caches in bf16 (half the "
+          "memory and cache reads), as the reference does under torch.autocast"),
+      int_field(
+          "learner.threads", [](auto& c) -> auto& { return c.learner_threads; }, 1, 256,
+          "intra-op threads of each learner rank; ranks share a node's cores, so the threads of all "
+          "ranks on a node should not exceed its cores"),
+      int_field(
+          "actor.threads", [](auto& c) -> auto& { return c.actor_threads; }, 1, 256,
+          "intra-op threads of each actor rank (as learner.threads)"),
+      string_field(
+          "actor.device", [](auto& c) -> auto& { return c.actor_device; }, {},
+          "auto, cpu, cuda or cuda:N, as learner.device: where the policy, its caches and sampling run")};
+}
+
+// The keys of checkpoints and the actors' credit and context, in the reference's order.
+std::vector<Field> checkpoint_and_actor_fields() {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {
+      int_field(
+          "checkpoint.interval_updates", [](auto& c) -> auto& { return c.checkpoint_interval_updates; }, 1,
+          kMax, "learner 0 writes a checkpoint every this many updates (and at the end)"),
+      float_field(
+          "checkpoint.interval_s", [](auto& c) -> auto& { return c.checkpoint_interval_s; }, 1, 1e9,
+          "or after this many seconds since the last one, whichever comes first"),
+      int_field(
+          "checkpoint.keep", [](auto& c) -> auto& { return c.checkpoint_keep; }, 1, 1000000,
+          "the newest checkpoints kept in <run.dir>/checkpoints"),
+      int_field(
+          "actor.credit_steps", [](auto& c) -> auto& { return c.credit_steps; }, 1, int64_t{1} << 40,
+          "env steps an actor may have in flight to each learner (flow control)"),
+      bool_field(
+          "actor.keep_context_on_update", [](auto& c) -> auto& { return c.keep_context_on_update; },
+          "after new weights, rebuild each stream's key/value cache from its episode so far (true) or "
+          "restart every stream's context as the reference does (false; the restart is recorded as is_init, "
+          "so the learner's windows restart there too)")};
+}
+
+const std::vector<Field>& schema() {
+  static const std::vector<Field> fields = [] {
+    std::vector<Field> all;
+    for (auto section : {run_fields, model_fields, loss_fields, flow_fields, placement_fields,
+                         checkpoint_and_actor_fields}) {
+      std::vector<Field> keys = section();
+      all.insert(all.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
+    }
+    return all;
+  }();
   return fields;
 }
 
@@ -211,9 +345,13 @@ void apply(TrainConfig& config, const std::string& key, const std::string& text)
   throw InvalidArgumentError("unknown config key '" + key + "' (the keys are listed in docs/config.md)");
 }
 
-void flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
   if (node.IsMap()) {
-    for (const auto& item : node) flatten(item.second, prefix.empty() ? item.first.as<std::string>() : prefix + "." + item.first.as<std::string>(), out);
+    for (const auto& item : node)
+      flatten(item.second,
+              prefix.empty() ? item.first.as<std::string>() : prefix + "." + item.first.as<std::string>(),
+              out);
   } else if (node.IsScalar()) {
     out.emplace_back(prefix, node.Scalar());
   } else if (node.IsNull()) {
@@ -255,7 +393,8 @@ std::vector<std::pair<std::string, std::string>> config_entries(const std::strin
 
 // Checks between keys, once every key has its value.
 void check_consistency(const TrainConfig& config) {
-  for (const auto& [key, value] : {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
+  for (const auto& [key, value] :
+       {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
     try {
       DeviceRequest::parse(value);
     } catch (const InvalidArgumentError&) {
@@ -265,13 +404,15 @@ void check_consistency(const TrainConfig& config) {
   unsigned char address[sizeof(struct in6_addr)];
   if (inet_pton(AF_INET, config.status_address.c_str(), address) != 1 &&
       inet_pton(AF_INET6, config.status_address.c_str(), address) != 1) {
-    fail("status.address", config.status_address, "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
+    fail("status.address", config.status_address,
+         "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
   }
   const std::string lag_problem = policy_lag_problem(config.max_policy_lag, config.weight_sync_interval);
   if (!lag_problem.empty()) throw InvalidArgumentError("config: " + lag_problem);
   if (config.hidden_size % config.num_heads != 0) {
     throw InvalidArgumentError("config: model.num_heads (" + std::to_string(config.num_heads) +
-                               ") must divide model.hidden_size (" + std::to_string(config.hidden_size) + ")");
+                               ") must divide model.hidden_size (" + std::to_string(config.hidden_size) +
+                               ")");
   }
 }
 
@@ -346,7 +487,8 @@ std::string TrainConfig::model_difference(const TrainConfig& checkpoint) const {
   for (const auto& [key, value] : theirs) {
     auto found = mine.find(key);
     const std::string now = found == mine.end() ? "unset" : "'" + found->second + "'";
-    if (found == mine.end() || found->second != value) return key + ": '" + value + "' in the checkpoint, " + now + " now";
+    if (found == mine.end() || found->second != value)
+      return key + ": '" + value + "' in the checkpoint, " + now + " now";
   }
   for (const auto& [key, value] : mine) {
     if (!theirs.count(key)) return key + ": unset in the checkpoint, '" + value + "' now";
@@ -363,7 +505,8 @@ std::string TrainConfig::reference_markdown() {
     out << "| `" << field.key << "` | " << field.type << " | `" << (value.empty() ? "\"\"" : value) << "` | "
         << field.allowed << " | " << field.doc << " |\n";
   }
-  out << "| `env.options.<name>` | float | | a number | an option of the environment (see docs/environments.md) |\n";
+  out << "| `env.options.<name>` | float | | a number | an option of the environment (see "
+         "docs/environments.md) |\n";
   return out.str();
 }
 

@@ -16,42 +16,42 @@ namespace kvrl {
 
 struct TrainConfig {
   // run
-  int64_t seed = 0;                   // seeds environments, sampling and initial weights
-  int64_t total_env_steps = 200000;   // stop after this many environment steps reach the learners
-  int64_t max_updates = 0;            // also stop after this many updates; 0 = no limit
+  int64_t seed = 0;                     // seeds environments, sampling and initial weights
+  int64_t total_env_steps = 200000;     // stop after this many environment steps reach the learners
+  int64_t max_updates = 0;              // also stop after this many updates; 0 = no limit
   std::string run_dir = "runs/latest";  // logs, effective config and stats go here
-  double log_interval_s = 5.0;        // seconds between progress lines
-  std::string log_level = "info";     // KVRL_LOG_LEVEL overrides it
-  int64_t status_port = 0;            // learner 0 serves /metrics and /status here; 0 = off
+  double log_interval_s = 5.0;          // seconds between progress lines
+  std::string log_level = "info";       // KVRL_LOG_LEVEL overrides it
+  int64_t status_port = 0;              // learner 0 serves /metrics and /status here; 0 = off
   std::string status_address = "127.0.0.1";
-  int64_t learners = 1;               // learner ranks (the lowest ranks); the others act
+  int64_t learners = 1;  // learner ranks (the lowest ranks); the others act
   // env
-  std::string env_name = "CartPole-v1";  // a built-in environment
-  std::string env_plugin;                // or a plugin shared library (overrides env.name)
-  int64_t num_envs = 16;                 // environments per actor
+  std::string env_name = "CartPole-v1";       // a built-in environment
+  std::string env_plugin;                     // or a plugin shared library (overrides env.name)
+  int64_t num_envs = 16;                      // environments per actor
   std::map<std::string, double> env_options;  // env.options.<name>: per-environment options
   // model
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
   int64_t num_heads = 4;
-  int64_t max_seq_len = 512;          // must exceed the environment's time limit
-  int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
-  bool temporal_context = true;       // false: each step sees only its own observation
-  bool cuda_graphs = true;            // actors on CUDA replay the cached step from a CUDA graph
+  int64_t max_seq_len = 512;     // must exceed the environment's time limit
+  int64_t dim_feedforward = 0;   // 0 = 4 * hidden_size
+  bool temporal_context = true;  // false: each step sees only its own observation
+  bool cuda_graphs = true;       // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;
-  int64_t steps_per_update = 4096;    // env steps per update, over all learners
-  int64_t weight_sync_interval = 1;   // learner 0 sends weights every K updates
-  int64_t max_policy_lag = 0;         // drop episodes staler than this many versions; 0 = keep all
-  int64_t max_consecutive_skips = 3;  // stop after this many non-finite updates in a row
-  std::string learner_device = "auto";  // auto, cpu, cuda or cuda:N
-  double allreduce_bucket_mb = 25;      // gradient buckets of the learners' all-reduce
-  double nccl_timeout_s = 300;          // a collective running longer stops the run
+  int64_t steps_per_update = 4096;        // env steps per update, over all learners
+  int64_t weight_sync_interval = 1;       // learner 0 sends weights every K updates
+  int64_t max_policy_lag = 0;             // drop episodes staler than this many versions; 0 = keep all
+  int64_t max_consecutive_skips = 3;      // stop after this many non-finite updates in a row
+  std::string learner_device = "auto";    // auto, cpu, cuda or cuda:N
+  double allreduce_bucket_mb = 25;        // gradient buckets of the learners' all-reduce
+  double nccl_timeout_s = 300;            // a collective running longer stops the run
   std::string weight_broadcast = "auto";  // auto, mpi_messages, mpi_broadcast, nccl
   std::string learner_autocast = "none";  // none or bfloat16: the learner's window forward
   std::string actor_autocast = "none";    // none or bfloat16: the actors' steps and caches
-  int64_t learner_threads = 1;  // intra-op threads of a learner rank
-  int64_t actor_threads = 1;    // intra-op threads of an actor rank
+  int64_t learner_threads = 1;            // intra-op threads of a learner rank
+  int64_t actor_threads = 1;              // intra-op threads of an actor rank
   // checkpoint
   int64_t checkpoint_interval_updates = 50;  // learner 0 writes a checkpoint every N updates
   double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first
@@ -59,7 +59,8 @@ struct TrainConfig {
   // actor
   std::string actor_device = "auto";  // auto, cpu, cuda or cuda:N
   int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
-  bool keep_context_on_update = true; // rebuild each stream's cache after new weights instead of restarting it
+  bool keep_context_on_update =
+      true;  // rebuild each stream's cache after new weights instead of restarting it
 
   // The learner's options with planned_updates derived from the run's budget.
   LearnerOptions learner_options() const;

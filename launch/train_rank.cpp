@@ -4,8 +4,8 @@
 
 #include "actor/actor_loop.h"
 #include "actor/vector_env.h"
-#include "common/errors.h"
-#include "common/logger.h"
+#include "common/support/errors.h"
+#include "common/support/logger.h"
 #include "launch/rank_report.h"
 #include "launch/run_setup.h"
 #include "launch/train_command.h"
@@ -17,9 +17,12 @@ namespace {
 
 int exit_code_for(RunEnd end) {
   switch (end) {
-    case RunEnd::kFinished: return kTrainFinished;
-    case RunEnd::kInterrupted: return kTrainInterrupted;
-    case RunEnd::kNonFinite: return kTrainNonFinite;
+    case RunEnd::kFinished:
+      return kTrainFinished;
+    case RunEnd::kInterrupted:
+      return kTrainInterrupted;
+    case RunEnd::kNonFinite:
+      return kTrainNonFinite;
   }
   return kTrainFailed;
 }
@@ -40,8 +43,9 @@ TrainingProgress restore(const RankResources& rank, Learner& learner, Communicat
     throw Error("the learners restored checkpoints of different updates; is " + rank.plan.checkpoint_dir +
                 " the same directory on every node?");
   }
-  rank.logger->info(cat("resumed from ", path, ": update ", resumed.updates, ", policy version ", resumed.policy_version,
-                        ", env steps ", resumed.env_steps, "; episodes in flight when it was written were dropped then (",
+  rank.logger->info(cat("resumed from ", path, ": update ", resumed.updates, ", policy version ",
+                        resumed.policy_version, ", env steps ", resumed.env_steps,
+                        "; episodes in flight when it was written were dropped then (",
                         resumed.dropped.size(), " reasons counted in the checkpoint)"));
   return resumed;
 }
@@ -56,10 +60,10 @@ std::shared_ptr<RunReporter> make_reporter(const RankResources& rank) {
   reporting.status_address = config.status_address;
   reporting.status_port = static_cast<int>(config.status_port);
   reporting.progress_in_place = rank.plan.progress_in_place;
-  return std::make_shared<RunReporter>(
-      reporting, RunIdentity{config.to_yaml(), config.learner.algorithm, rank.plan.size, rank.plan.learners,
-                             rank.plan.actors},
-      rank.logger);
+  return std::make_shared<RunReporter>(reporting,
+                                       RunIdentity{config.to_yaml(), config.learner.algorithm, rank.plan.size,
+                                                   rank.plan.learners, rank.plan.actors},
+                                       rank.logger);
 }
 
 LearnerLoopOptions learner_loop_options(const RankResources& rank, const TrainingProgress& resumed) {
@@ -89,8 +93,8 @@ LearnerLoopOptions learner_loop_options(const RankResources& rank, const Trainin
 // Learner 0's last words: the lag and drops in its log, how to resume when the run
 // stopped early, and the summary line.
 void print_summary(const RankResources& rank, const LearnerStats& stats) {
-  rank.logger->info(cat("lag min/mean/max ", stats.lag_min, "/", stats.lag_mean, "/", stats.lag_max, ", dropped ",
-                        drop_counts_json(stats)));
+  rank.logger->info(cat("lag min/mean/max ", stats.lag_min, "/", stats.lag_mean, "/", stats.lag_max,
+                        ", dropped ", drop_counts_json(stats)));
   const std::string resume_hint =
       "; resume from " + stats.last_checkpoint + " with: kvrl train --resume " + rank.plan.run_dir.string();
   if (stats.end == RunEnd::kInterrupted) {
@@ -101,8 +105,9 @@ void print_summary(const RankResources& rank, const LearnerStats& stats) {
                  stats.end_reason.c_str(), resume_hint.c_str());
   }
   std::printf("kvrl train: %s: env_steps=%lld updates=%lld mean_return=%.2f wall_time=%.1fs\n",
-              stats.end == RunEnd::kFinished ? "finished" : "stopped", static_cast<long long>(stats.env_steps),
-              static_cast<long long>(stats.updates), stats.mean_return, stats.wall_seconds);
+              stats.end == RunEnd::kFinished ? "finished" : "stopped",
+              static_cast<long long>(stats.env_steps), static_cast<long long>(stats.updates),
+              stats.mean_return, stats.wall_seconds);
 }
 
 ActorLoopOptions actor_loop_options(const RankResources& rank, uint64_t seed) {
@@ -122,15 +127,17 @@ ActorLoopOptions actor_loop_options(const RankResources& rank, uint64_t seed) {
 
 RankOutcome run_learner_rank(const RankResources& rank, std::shared_ptr<Communicator> communicator) {
   Learner learner(rank.model, rank.config.learner_options(), communicator);
-  const TrainingProgress resumed = rank.plan.resuming ? restore(rank, learner, *communicator) : TrainingProgress{};
-  LearnerLoop loop(learner_loop_options(rank, resumed), rank.transport, communicator, learner, EpisodeCodec(rank.spec),
-                   rank.logger);
+  const TrainingProgress resumed =
+      rank.plan.resuming ? restore(rank, learner, *communicator) : TrainingProgress{};
+  LearnerLoop loop(learner_loop_options(rank, resumed), rank.transport, communicator, learner,
+                   EpisodeCodec(rank.spec), rank.logger);
   const LearnerStats stats = loop.run();
   RankOutcome outcome;
   outcome.exit_code = exit_code_for(stats.end);
   outcome.report_json = learner_report_json(
       rank.plan.rank, stats,
-      {resumed.updates, learner.allreduce_buckets(), learner.allreduce_buckets_during_backward()}, outcome.exit_code);
+      {resumed.updates, learner.allreduce_buckets(), learner.allreduce_buckets_during_backward()},
+      outcome.exit_code);
   if (rank.plan.rank == 0) print_summary(rank, stats);
   return outcome;
 }

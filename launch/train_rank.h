@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/episode_codec.h"
-#include "common/fault_injection.h"
+#include "common/support/fault_injection.h"
+#include "common/wire/episode_codec.h"
 #include "launch/train_config.h"
 
 namespace kvrl {

@@ -5,12 +5,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <map>
+#include <optional>
 
-#include "common/accelerator_probe.h"
-#include "common/errors.h"
-#include "common/number_text.h"
-#include "common/transformer_module.h"
+#include "common/comm/accelerator_probe.h"
+#include "common/model/transformer_module.h"
+#include "common/support/errors.h"
+#include "common/support/number_text.h"
+#include "launch/command_line.h"
 
 namespace kvrl {
 namespace {
@@ -21,25 +22,18 @@ struct DemoArgs {
   int64_t seed = 0;
 };
 
-DemoArgs parse_demo_args(const std::vector<std::string>& args) {
-  DemoArgs parsed;
-  std::map<std::string, std::pair<int64_t*, int64_t>> flags{
-      {"--envs", {&parsed.envs, 1}}, {"--steps", {&parsed.steps, 1}}, {"--seed", {&parsed.seed, 0}}};
-  for (size_t i = 0; i < args.size(); i += 2) {
-    auto flag = flags.find(args[i]);
-    if (flag == flags.end()) {
-      throw InvalidArgumentError("transformer-demo: unknown argument '" + args[i] +
-                                 "' (allowed: --envs N, --steps T, --seed S)");
-    }
-    if (i + 1 >= args.size()) throw InvalidArgumentError("transformer-demo: " + args[i] + " needs a value");
-    const std::optional<int64_t> value = parse_integer(args[i + 1]);
-    if (!value || *value < flag->second.second) {
-      throw InvalidArgumentError("transformer-demo: " + args[i] + " (" + args[i + 1] +
-                                 ") must be an integer >= " + std::to_string(flag->second.second));
-    }
-    *flag->second.first = *value;
+int64_t demo_value(const std::string& option, const std::string& text, int64_t low) {
+  const std::optional<int64_t> value = parse_integer(text);
+  if (!value || *value < low) {
+    throw InvalidArgumentError("transformer-demo: " + option + " (" + text +
+                               ") must be an integer >= " + std::to_string(low));
   }
-  return parsed;
+  return *value;
+}
+
+DemoArgs parse_demo_args(const DemoArguments& arguments) {
+  return {demo_value("--envs", arguments.envs, 1), demo_value("--steps", arguments.steps, 1),
+          demo_value("--seed", arguments.seed, 0)};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -48,8 +42,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-int run_transformer_demo(const std::vector<std::string>& args) {
-  const DemoArgs demo = parse_demo_args(args);
+int run_transformer_demo(const DemoArguments& arguments) {
+  const DemoArgs demo = parse_demo_args(arguments);
   TransformerModuleOptions options;
   options.input_size = 8;
   options.hidden_size = 64;
@@ -95,7 +89,8 @@ int run_transformer_demo(const std::vector<std::string>& args) {
   std::printf("  window      : %8.1f tokens/s over [%lld, %lld] holding %lld episode starts\n",
               static_cast<double>(demo.envs * demo.steps) / window_seconds, static_cast<long long>(demo.envs),
               static_cast<long long>(demo.steps), static_cast<long long>(episodes));
-  std::printf("  max |step - window| = %.3g (%s)\n", max_difference, max_difference < 1e-4 ? "paths agree" : "MISMATCH");
+  std::printf("  max |step - window| = %.3g (%s)\n", max_difference,
+              max_difference < 1e-4 ? "paths agree" : "MISMATCH");
   return max_difference < 1e-4 ? 0 : 1;
 }
 

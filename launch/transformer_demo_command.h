@@ -10,6 +10,8 @@ namespace kvrl {
 
 // args: [--envs N] [--steps T] [--seed S]. Returns the exit code: 0 when the two paths
 // agree within 1e-4, 1 otherwise. Throws InvalidArgumentError on a bad argument.
-int run_transformer_demo(const std::vector<std::string>& args);
+struct DemoArguments;
+
+int run_transformer_demo(const DemoArguments& arguments);
 
 }  // namespace kvrl

@@ -6,11 +6,11 @@
 #include <set>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/scalar_type_names.h"
-#include "common/state_dict_io.h"
-#include "common/torch_file.h"
-#include "common/transformer_module.h"
+#include "common/io/state_dict_io.h"
+#include "common/io/torch_file.h"
+#include "common/model/scalar_type_names.h"
+#include "common/model/transformer_module.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -97,9 +97,9 @@ void run_transformer_eval(const std::string& in_path, const std::string& out_pat
   at::Tensor features = require_tensor(input, "features", "a float tensor [B, T, input_size]");
   if (!at::isFloatingType(features.scalar_type()) || features.dim() != 3 ||
       features.size(2) != *options.input_size) {
-    throw MalformedInputError("input['features'] must be a float tensor [B, T, input_size=" +
-                              std::to_string(*options.input_size) + "], got " +
-                              python_dtype_name(features.scalar_type()) + " " + c10::str(features.sizes()));
+    throw MalformedInputError(
+        "input['features'] must be a float tensor [B, T, input_size=" + std::to_string(*options.input_size) +
+        "], got " + python_dtype_name(features.scalar_type()) + " " + c10::str(features.sizes()));
   }
   at::Tensor is_init = require_tensor(input, "is_init", "a bool tensor [B, T]");
   if (is_init.scalar_type() != at::kBool || is_init.sizes() != features.sizes().slice(0, 2)) {
@@ -109,7 +109,8 @@ void run_transformer_eval(const std::string& in_path, const std::string& out_pat
   }
   const c10::IValue& state_value = require_key(input, "state_dict", "input", "a dict of tensors");
   if (!state_value.isGenericDict()) {
-    throw MalformedInputError("input['state_dict'] must be a dict of tensors, got a " + state_value.tagKind());
+    throw MalformedInputError("input['state_dict'] must be a dict of tensors, got a " +
+                              state_value.tagKind());
   }
 
   TransformerModule module(options);

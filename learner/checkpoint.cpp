@@ -1,7 +1,7 @@
 #include "learner/checkpoint.h"
 
-#include <ATen/core/ivalue.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/ops/tensor.h>
 #include <fcntl.h>
 #include <torch/optim/adam.h>
@@ -12,11 +12,11 @@
 #include <filesystem>
 #include <regex>
 
-#include "common/crc32.h"
-#include "common/errors.h"
-#include "common/logger.h"
-#include "common/state_dict_io.h"
-#include "common/torch_file.h"
+#include "common/io/state_dict_io.h"
+#include "common/io/torch_file.h"
+#include "common/support/errors.h"
+#include "common/support/logger.h"
+#include "common/wire/crc32.h"
 #include "learner/learner.h"
 
 namespace kvrl {
@@ -66,7 +66,8 @@ uint32_t content_crc(const c10::IValue& value, uint32_t crc) {
 uint32_t checksum_without_itself(const Dict& root) {
   Dict rest = new_dict();
   for (const auto& item : root) {
-    if (!(item.key().isString() && item.key().toStringRef() == "checksum")) rest.insert(item.key(), item.value());
+    if (!(item.key().isString() && item.key().toStringRef() == "checksum"))
+      rest.insert(item.key(), item.value());
   }
   return content_crc(rest, 0);
 }
@@ -110,8 +111,9 @@ class Reader {
     if (!value.isTensor()) fail("entry '" + where + key + "' is not a tensor");
     const at::Tensor t = value.toTensor();
     if (t.scalar_type() != dtype || t.sizes() != shape) {
-      fail("entry '" + where + key + "' has dtype " + std::string(c10::toString(t.scalar_type())) + " and shape " +
-           c10::str(t.sizes()) + ", expected " + c10::toString(dtype) + " " + c10::str(shape));
+      fail("entry '" + where + key + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
+           " and shape " + c10::str(t.sizes()) + ", expected " + c10::toString(dtype) + " " +
+           c10::str(shape));
     }
     return t;
   }
@@ -265,20 +267,24 @@ CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
   const int64_t learner_updates = read.integer(counters, "learner_updates", "progress.");
   progress.wall_seconds = read.number(counters, "wall_seconds", "progress.");
   for (const auto& item : read.dict(counters, "dropped", "progress.")) {
-    if (!item.value().isInt()) read.fail("entry 'progress.dropped." + item.key().toStringRef() + "' is not an integer");
+    if (!item.value().isInt())
+      read.fail("entry 'progress.dropped." + item.key().toStringRef() + "' is not an integer");
     progress.dropped[item.key().toStringRef()] = item.value().toInt();
   }
   const c10::IValue returns = read.entry(counters, "recent_returns", "progress.");
-  if (!returns.isTensor() || returns.toTensor().scalar_type() != at::kDouble || returns.toTensor().dim() != 1) {
+  if (!returns.isTensor() || returns.toTensor().scalar_type() != at::kDouble ||
+      returns.toTensor().dim() != 1) {
     read.fail("entry 'progress.recent_returns' is not a 1-d float64 tensor");
   }
   const at::Tensor returns_values = returns.toTensor().contiguous();
-  progress.recent_returns.assign(returns_values.data_ptr<double>(), returns_values.data_ptr<double>() + returns_values.numel());
+  progress.recent_returns.assign(returns_values.data_ptr<double>(),
+                                 returns_values.data_ptr<double>() + returns_values.numel());
 
   // Check the optimizer state and RNG against this learner before changing anything.
   const Dict optimizer = read.dict(root, "optimizer");
   std::map<std::string, at::Tensor> parameters;
-  for (const auto& parameter : learner.model().named_parameters()) parameters[parameter.key()] = parameter.value();
+  for (const auto& parameter : learner.model().named_parameters())
+    parameters[parameter.key()] = parameter.value();
   struct Moments {
     at::Tensor parameter;
     int64_t step;
@@ -300,7 +306,8 @@ CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
   }
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   const at::Tensor expected_rng = generator.get_state();
-  const at::Tensor rng = read.tensor(read.dict(root, "rng"), "torch_cpu", "rng.", expected_rng.scalar_type(), expected_rng.sizes());
+  const at::Tensor rng = read.tensor(read.dict(root, "rng"), "torch_cpu", "rng.", expected_rng.scalar_type(),
+                                     expected_rng.sizes());
   load_model(read, root, learner.model());
 
   auto& state = learner.optimizer().state();
@@ -349,14 +356,16 @@ std::vector<std::string> CheckpointDirectory::newest_first() const {
 }
 
 std::pair<std::string, CheckpointContents> CheckpointDirectory::restore_newest(
-    Learner& learner, Logger& logger, const std::function<void(const std::string& config_yaml)>& check_config) const {
+    Learner& learner, Logger& logger,
+    const std::function<void(const std::string& config_yaml)>& check_config) const {
   const std::vector<std::string> files = newest_first();
   if (files.empty()) throw MalformedInputError("no checkpoint to resume from in '" + dir_ + "'");
   std::string failures;
   for (const std::string& file : files) {
     try {
       CheckpointContents contents = read_checkpoint(file, learner, check_config);
-      if (!failures.empty()) logger.warn("resuming from an older checkpoint, '" + file + "', because:" + failures);
+      if (!failures.empty())
+        logger.warn("resuming from an older checkpoint, '" + file + "', because:" + failures);
       return {file, std::move(contents)};
     } catch (const MalformedInputError& error) {
       logger.warn(std::string("skipping ") + error.what());

@@ -32,10 +32,10 @@ struct TrainingProgress {
   int64_t env_steps = 0;
   int64_t policy_version = 0;
   int64_t episodes_used = 0;
-  int64_t skipped_updates = 0;              // updates skipped for a non-finite loss or gradient
-  double wall_seconds = 0;                  // training time, summed over resumed runs
-  std::map<std::string, int64_t> dropped;   // episodes dropped, by reason, over all runs
-  std::deque<double> recent_returns;        // the last episodes' returns
+  int64_t skipped_updates = 0;             // updates skipped for a non-finite loss or gradient
+  double wall_seconds = 0;                 // training time, summed over resumed runs
+  std::map<std::string, int64_t> dropped;  // episodes dropped, by reason, over all runs
+  std::deque<double> recent_returns;       // the last episodes' returns
 };
 
 struct CheckpointContents {
@@ -54,8 +54,9 @@ void write_checkpoint(const std::string& path, Learner& learner, const TrainingP
 // shape against `learner`'s model) before changing anything, then restores the learner.
 // `check_config` may reject the checkpoint's config by throwing. Throws
 // MalformedInputError naming the file and the problem; the learner is unchanged then.
-CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
-                                   const std::function<void(const std::string& config_yaml)>& check_config = {});
+CheckpointContents read_checkpoint(
+    const std::string& path, Learner& learner,
+    const std::function<void(const std::string& config_yaml)>& check_config = {});
 
 // The effective config a checkpoint was written with, after the checks read_checkpoint
 // makes of the file as a whole (format, version, checksum). Throws MalformedInputError.
@@ -79,7 +80,8 @@ class CheckpointDirectory {
   // logging each newer one skipped and why. Returns its path and contents. Throws
   // MalformedInputError listing every file tried when none can be used.
   std::pair<std::string, CheckpointContents> restore_newest(
-      Learner& learner, Logger& logger, const std::function<void(const std::string& config_yaml)>& check_config) const;
+      Learner& learner, Logger& logger,
+      const std::function<void(const std::string& config_yaml)>& check_config) const;
 
   const std::string& dir() const { return dir_; }
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -26,8 +26,8 @@ class AccumulatedHook : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, std::shared_ptr<Communicator> communicator,
-                                 int64_t bucket_bytes)
+GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
+                                 std::shared_ptr<Communicator> communicator, int64_t bucket_bytes)
     : planned_(std::move(parameters)), communicator_(std::move(communicator)) {
   std::reverse(planned_.begin(), planned_.end());
   buckets_ = plan_buckets(planned_, bucket_bytes);
@@ -44,7 +44,8 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, std::shared
 }
 
 GradientReducer::~GradientReducer() {
-  for (const at::Tensor& parameter : planned_) torch::autograd::impl::set_post_acc_grad_hooks(parameter, nullptr);
+  for (const at::Tensor& parameter : planned_)
+    torch::autograd::impl::set_post_acc_grad_hooks(parameter, nullptr);
 }
 
 void GradientReducer::prepare() {

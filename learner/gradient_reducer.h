@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/communicator.h"
-#include "common/gradient_buckets.h"
+#include "common/comm/communicator.h"
+#include "common/comm/gradient_buckets.h"
 
 namespace kvrl {
 
@@ -54,14 +54,14 @@ class GradientReducer {
   std::vector<at::Tensor> planned_;  // the parameters in reverse order
   std::shared_ptr<Communicator> communicator_;
   std::vector<TensorBucket> buckets_;
-  std::vector<size_t> bucket_of_;       // planned index -> bucket
-  std::vector<size_t> missing_;         // per bucket: gradients not accumulated yet
-  std::vector<at::Tensor> flat_;        // per bucket: the buffer being reduced
+  std::vector<size_t> bucket_of_;  // planned index -> bucket
+  std::vector<size_t> missing_;    // per bucket: gradients not accumulated yet
+  std::vector<at::Tensor> flat_;   // per bucket: the buffer being reduced
   std::vector<std::unique_ptr<PendingReduction>> pending_;
-  size_t next_bucket_ = 0;              // buckets before this one have started
+  size_t next_bucket_ = 0;  // buckets before this one have started
   size_t started_during_backward_ = 0;
   bool armed_ = false;
-  std::thread::id caller_;              // the thread that called prepare()
+  std::thread::id caller_;  // the thread that called prepare()
 };
 
 }  // namespace kvrl

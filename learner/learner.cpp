@@ -10,7 +10,7 @@
 #include <limits>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 #include "learner/returns.h"
 #include "learner/window_batch.h"
 
@@ -19,7 +19,8 @@ namespace {
 
 void validate(const LearnerOptions& o) {
   auto fail = [](const std::string& message) { throw InvalidArgumentError("learner." + message); };
-  if (o.algorithm != "ppo" && o.algorithm != "vtrace") fail("algorithm (" + o.algorithm + ") must be ppo or vtrace");
+  if (o.algorithm != "ppo" && o.algorithm != "vtrace")
+    fail("algorithm (" + o.algorithm + ") must be ppo or vtrace");
   if (o.lr_schedule != "constant" && o.lr_schedule != "linear") {
     fail("lr_schedule (" + o.lr_schedule + ") must be constant or linear");
   }
@@ -53,14 +54,16 @@ at::Tensor minibatch_rows(const at::Tensor& order, int64_t minibatch, int64_t mi
 
 }  // namespace
 
-Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std::shared_ptr<Communicator> communicator)
+Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options,
+                 std::shared_ptr<Communicator> communicator)
     : model_(std::move(model)),
       options_(std::move(options)),
       communicator_(std::move(communicator)),
       optimizer_(parameter_list(*model_), torch::optim::AdamOptions(options_.learning_rate).eps(1e-5)) {
   validate(options_);
   if (options_.overlap_allreduce && communicator_->size() > 1) {
-    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), communicator_, options_.allreduce_bucket_bytes);
+    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), communicator_,
+                                                 options_.allreduce_bucket_bytes);
   }
 }
 
@@ -93,7 +96,8 @@ double Learner::step_optimizer(const at::Tensor& loss) {
   // all, and the averaged gradient is the same everywhere.
   const bool loss_finite = loss.isfinite().item<bool>();
   const bool all_losses_finite = communicator_->all_reduce_sum(loss_finite ? 0.0 : 1.0) == 0.0;
-  const double max_norm = options_.max_grad_norm > 0 ? options_.max_grad_norm : std::numeric_limits<double>::infinity();
+  const double max_norm =
+      options_.max_grad_norm > 0 ? options_.max_grad_norm : std::numeric_limits<double>::infinity();
   const double norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
   if (!all_losses_finite || !std::isfinite(norm)) {
     optimizer_.zero_grad();
@@ -102,9 +106,11 @@ double Learner::step_optimizer(const at::Tensor& loss) {
   }
   double rate = options_.learning_rate;
   if (options_.lr_schedule == "linear" && options_.planned_updates > 0) {
-    rate *= std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
+    rate *=
+        std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
   }
-  for (auto& group : optimizer_.param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(rate);
+  for (auto& group : optimizer_.param_groups())
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(rate);
   optimizer_.step();
   return norm;
 }
@@ -133,7 +139,8 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes) {
   return stats;
 }
 
-void Learner::train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of, UpdateStats& stats) {
+void Learner::train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of,
+                                   UpdateStats& stats) {
   int64_t computed_steps = 0;
   int64_t computed_tokens = 0;
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
@@ -163,17 +170,19 @@ struct PpoTargets {
 };
 
 // GAE is a backward scan per episode: done on the host, in one copy each way.
-at::Tensor episode_advantages(const WindowBatch& batch, const at::Tensor& values, const LearnerOptions& options) {
+at::Tensor episode_advantages(const WindowBatch& batch, const at::Tensor& values,
+                              const LearnerOptions& options) {
   const at::Tensor host_values = values.to(at::kCPU);
   const at::Tensor host_rewards = batch.rewards.to(at::kCPU);
   at::Tensor host_advantages = at::zeros_like(host_values);
   for (const EpisodeSlot& slot : batch.slots) {
     const at::Tensor row_values = host_values[slot.row];
     const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
-    host_advantages[slot.row].narrow(0, slot.offset, slot.length)
-        .copy_(generalized_advantages(host_rewards[slot.row].narrow(0, slot.offset, slot.length) * options.reward_scale,
-                                      row_values.narrow(0, slot.offset, slot.length), bootstrap, options.gamma,
-                                      options.gae_lambda));
+    host_advantages[slot.row]
+        .narrow(0, slot.offset, slot.length)
+        .copy_(generalized_advantages(
+            host_rewards[slot.row].narrow(0, slot.offset, slot.length) * options.reward_scale,
+            row_values.narrow(0, slot.offset, slot.length), bootstrap, options.gamma, options.gae_lambda));
   }
   return host_advantages.to(values.device());
 }
@@ -211,10 +220,11 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
     const at::Tensor advantages = rows_of(targets.advantages);
     const at::Tensor returns = rows_of(targets.returns);
     const at::Tensor old_values = rows_of(targets.old_values);
-    const at::Tensor log_ratio = model_->log_prob(window, rows_of(batch.actions)) - rows_of(targets.anchor_log_probs);
+    const at::Tensor log_ratio =
+        model_->log_prob(window, rows_of(batch.actions)) - rows_of(targets.anchor_log_probs);
     const at::Tensor ratio = log_ratio.exp();
-    at::Tensor surrogate = at::min(ratio * advantages,
-                                   ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * advantages);
+    at::Tensor surrogate = at::min(
+        ratio * advantages, ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * advantages);
     if (targets.behaviour_weights.defined()) surrogate = rows_of(targets.behaviour_weights) * surrogate;
     at::Tensor value_error = (window.values - returns).pow(2);
     if (options_.value_clip > 0) {
@@ -248,22 +258,25 @@ struct VTraceMinibatchTargets {
 
 // V-trace is a backward scan per episode: done on the host, in one copy each way, with
 // the minibatch's current values (so each optimizer step has fresh targets).
-VTraceMinibatchTargets vtrace_minibatch_targets(const WindowBatch& batch, const WindowRows& rows_of,
-                                                const at::Tensor& values, const at::Tensor& log_probs,
-                                                const std::vector<std::vector<const EpisodeSlot*>>& slots_of_row,
-                                                const LearnerOptions& options) {
+VTraceMinibatchTargets vtrace_minibatch_targets(
+    const WindowBatch& batch, const WindowRows& rows_of, const at::Tensor& values,
+    const at::Tensor& log_probs, const std::vector<std::vector<const EpisodeSlot*>>& slots_of_row,
+    const LearnerOptions& options) {
   torch::NoGradGuard no_grad;
   const at::Tensor host_values = values.detach().to(at::kCPU);
-  VTraceMinibatchTargets out{at::zeros_like(host_values), at::zeros_like(host_values), at::zeros_like(host_values)};
+  VTraceMinibatchTargets out{at::zeros_like(host_values), at::zeros_like(host_values),
+                             at::zeros_like(host_values)};
   const at::Tensor log_rhos = (log_probs.detach() - rows_of(batch.behaviour_log_probs)).to(at::kCPU);
   const at::Tensor rewards = rows_of(batch.rewards).to(at::kCPU);
   const auto picked = rows_of.host_index().accessor<int64_t, 1>();
   for (int64_t position = 0; position < picked.size(0); ++position) {
     for (const EpisodeSlot* slot : slots_of_row[picked[position]]) {
-      const double bootstrap = slot->terminated ? 0.0 : host_values[position][slot->offset + slot->length].item<double>();
+      const double bootstrap =
+          slot->terminated ? 0.0 : host_values[position][slot->offset + slot->length].item<double>();
       auto steps = [&](const at::Tensor& t) { return t[position].narrow(0, slot->offset, slot->length); };
-      const VTraceTargets targets = vtrace_targets(steps(rewards) * options.reward_scale, steps(host_values), bootstrap,
-                                                   steps(log_rhos), options.gamma, options.rho_bar, options.c_bar);
+      const VTraceTargets targets =
+          vtrace_targets(steps(rewards) * options.reward_scale, steps(host_values), bootstrap,
+                         steps(log_rhos), options.gamma, options.rho_bar, options.c_bar);
       steps(out.vs).copy_(targets.vs);
       steps(out.pg_advantages).copy_(targets.pg_advantages);
       steps(out.clipped_rhos).copy_(targets.clipped_rhos);
@@ -296,7 +309,8 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
       stats.rho_mean += real_rhos.mean().item<double>() / optimizer_steps;
       stats.rho_max = std::max(stats.rho_max, real_rhos.max().item<double>());
     }
-    return MinibatchLoss{-masked_mean(log_probs * pg_advantages, mask), 0.5 * masked_mean((window.values - vs).pow(2), mask),
+    return MinibatchLoss{-masked_mean(log_probs * pg_advantages, mask),
+                         0.5 * masked_mean((window.values - vs).pow(2), mask),
                          masked_mean(model_->entropy(window), mask)};
   };
   train_on_minibatches(batch, loss_of, stats);

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/actor_critic.h"
-#include "common/communicator.h"
-#include "common/episode.h"
+#include "common/comm/communicator.h"
+#include "common/model/actor_critic.h"
+#include "common/wire/episode.h"
 #include "learner/gradient_reducer.h"
 
 namespace kvrl {
@@ -23,28 +23,28 @@ struct WindowBatch;
 class WindowRows;
 
 struct LearnerOptions {
-  std::string algorithm = "ppo";  // "ppo" or "vtrace"
-  double learning_rate = 3e-4;    // Adam step size at the start
+  std::string algorithm = "ppo";         // "ppo" or "vtrace"
+  double learning_rate = 3e-4;           // Adam step size at the start
   std::string lr_schedule = "constant";  // "constant" or "linear" (to 0 at planned_updates)
-  int64_t planned_updates = 0;    // for the linear schedule
-  double max_grad_norm = 0.5;     // clip the global gradient norm; 0 = off
-  double reward_scale = 1.0;      // rewards are multiplied by this for the losses (not the stats)
+  int64_t planned_updates = 0;           // for the linear schedule
+  double max_grad_norm = 0.5;            // clip the global gradient norm; 0 = off
+  double reward_scale = 1.0;             // rewards are multiplied by this for the losses (not the stats)
   double gamma = 0.99;
-  double gae_lambda = 0.95;       // PPO
-  double clip_epsilon = 0.2;      // PPO ratio clip
+  double gae_lambda = 0.95;   // PPO
+  double clip_epsilon = 0.2;  // PPO ratio clip
   // PPO: clip the ratio against the learner's own policy at the batch start (the proximal
   // policy) and correct for the actors' older behaviour policy with importance weights
   // truncated at rho_bar (decoupled PPO, Hilton et al. 2021); false: classic PPO, whose
   // ratio is taken against the behaviour policy (the default: it learned CartPole better
   // here, docs/training.md).
   bool decoupled = false;
-  double value_clip = 0.0;        // PPO value clip around the batch-start values; 0 = off
-  int64_t epochs = 4;             // passes over each batch
-  int64_t minibatches = 4;        // optimizer steps per epoch, each on a share of the rows
+  double value_clip = 0.0;  // PPO value clip around the batch-start values; 0 = off
+  int64_t epochs = 4;       // passes over each batch
+  int64_t minibatches = 4;  // optimizer steps per epoch, each on a share of the rows
   double entropy_coef = 0.01;
   double value_coef = 0.5;
-  double rho_bar = 1.0;           // V-trace, and decoupled PPO's behaviour correction
-  double c_bar = 1.0;             // V-trace
+  double rho_bar = 1.0;  // V-trace, and decoupled PPO's behaviour correction
+  double c_bar = 1.0;    // V-trace
   // Gradients are averaged over the learners in flat buckets of at most this many bytes,
   // each started while backward still runs (overlap_allreduce), or all after it.
   int64_t allreduce_bucket_bytes = int64_t{25} << 20;
@@ -65,7 +65,8 @@ struct UpdateStats {
 class Learner {
  public:
   // Throws InvalidArgumentError on invalid options.
-  Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options, std::shared_ptr<Communicator> communicator);
+  Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options,
+          std::shared_ptr<Communicator> communicator);
 
   // One update (PPO: `epochs` optimizer steps) from this learner's share of a batch; a
   // collective over the learners, which must all call it with their shares.

@@ -1,6 +1,5 @@
 #include "learner/learner_loop.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -8,11 +7,11 @@
 #include <limits>
 #include <thread>
 
-#include "common/crc32.h"
-#include "common/errors.h"
-#include "common/parameter_vector.h"
-#include "common/process_signals.h"
-#include "common/weights_codec.h"
+#include "common/comm/parameter_vector.h"
+#include "common/support/errors.h"
+#include "common/support/process_signals.h"
+#include "common/wire/crc32.h"
+#include "common/wire/weights_codec.h"
 
 namespace kvrl {
 
@@ -27,8 +26,9 @@ std::string parameter_checksum(torch::nn::Module& module) {
   return hex;
 }
 
-LearnerLoop::LearnerLoop(LearnerLoopOptions options, Transport& transport, std::shared_ptr<Communicator> communicator,
-                         Learner& learner, EpisodeCodec codec, std::shared_ptr<Logger> logger)
+LearnerLoop::LearnerLoop(LearnerLoopOptions options, Transport& transport,
+                         std::shared_ptr<Communicator> communicator, Learner& learner, EpisodeCodec codec,
+                         std::shared_ptr<Logger> logger)
     : options_(std::move(options)),
       transport_(transport),
       communicator_(std::move(communicator)),
@@ -60,11 +60,13 @@ void LearnerLoop::send_weights() {
     const std::vector<at::Tensor> parameters = learner_.model().parameters();
     WeightAnnouncement announcement{policy_version_, 0};
     for (const auto& p : parameters) announcement.parameter_count += p.numel();
-    for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeightsAnnounce, announcement.encode());
+    for (int actor : options_.actor_ranks)
+      transport_.send(actor, MessageTag::kWeightsAnnounce, announcement.encode());
     staged_weights_->start(parameters, policy_version_);
     return;
   }
-  const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(learner_.model().parameters()));
+  const std::vector<uint8_t> bytes =
+      WeightsCodec::encode(policy_version_, flatten_parameters(learner_.model().parameters()));
   for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeights, bytes);
 }
 
@@ -115,7 +117,8 @@ void LearnerLoop::receive(const Message& message, bool stopping) {
   } catch (const MalformedMessageError& error) {
     logger_->warn(cat("dropped an episode message from rank ", message.source, " (",
                       MalformedMessageError::reason_name(error.reason()), "): ", error.what()));
-    drop(std::string("malformed_") + MalformedMessageError::reason_name(error.reason()), codec_.spec().max_length);
+    drop(std::string("malformed_") + MalformedMessageError::reason_name(error.reason()),
+         codec_.spec().max_length);
   }
 }
 
@@ -127,7 +130,8 @@ std::string policy_lag_problem(int64_t max_policy_lag, int64_t weight_sync_inter
 }
 
 bool LearnerLoop::too_stale(const Episode& episode) const {
-  return options_.max_policy_lag > 0 && policy_version_ - episode.oldest_policy_version() > options_.max_policy_lag;
+  return options_.max_policy_lag > 0 &&
+         policy_version_ - episode.oldest_policy_version() > options_.max_policy_lag;
 }
 
 void LearnerLoop::drop_stale_queued_episodes() {
@@ -210,7 +214,8 @@ TrainingProgress LearnerLoop::progress(double wall_seconds) const {
 }
 
 void LearnerLoop::save_checkpoint(double wall_seconds) {
-  if (options_.checkpoint_dir.empty() || communicator_->rank() != 0 || checkpointed_update_ == stats_.updates) return;
+  if (options_.checkpoint_dir.empty() || communicator_->rank() != 0 || checkpointed_update_ == stats_.updates)
+    return;
   CheckpointDirectory directory(options_.checkpoint_dir, options_.checkpoint_keep);
   stats_.last_checkpoint = directory.save(learner_, progress(wall_seconds), options_.config_yaml);
   checkpointed_update_ = stats_.updates;
@@ -220,9 +225,9 @@ void LearnerLoop::save_checkpoint(double wall_seconds) {
 bool LearnerLoop::note_skip() {
   ++stats_.skipped_updates;
   ++consecutive_skips_;
-  logger_->warn(cat("update ", stats_.updates, " skipped: a loss or gradient was NaN or Inf (", consecutive_skips_,
-                    " in a row, ", stats_.skipped_updates, " in this run); the parameters are those of update ",
-                    last_finite_update_));
+  logger_->warn(cat("update ", stats_.updates, " skipped: a loss or gradient was NaN or Inf (",
+                    consecutive_skips_, " in a row, ", stats_.skipped_updates,
+                    " in this run); the parameters are those of update ", last_finite_update_));
   return consecutive_skips_ >= options_.max_consecutive_skips;
 }
 
@@ -233,12 +238,13 @@ double LearnerLoop::elapsed() const { return std::chrono::duration<double>(Clock
 double LearnerLoop::cast_votes(int64_t share) {
   const double learners = communicator_->size();
   const bool asked_to_stop = stop_requested() != 0 || stop_requested_by_ >= 0;
-  return communicator_->all_reduce_sum((queued_steps_ >= share ? 1.0 : 0.0) + (asked_to_stop ? learners + 1.0 : 0.0));
+  return communicator_->all_reduce_sum((queued_steps_ >= share ? 1.0 : 0.0) +
+                                       (asked_to_stop ? learners + 1.0 : 0.0));
 }
 
 void LearnerLoop::note_interruption() {
   stats_.end = RunEnd::kInterrupted;
-  stats_.end_reason = stop_requested() ? "this rank received " + signal_name(stop_requested())
+  stats_.end_reason = stop_requested()          ? "this rank received " + signal_name(stop_requested())
                       : stop_requested_by_ >= 0 ? cat("actor rank ", stop_requested_by_, " asked to stop")
                                                 : "another learner was asked to stop";
 }
@@ -277,9 +283,10 @@ bool LearnerLoop::count_skip_or_stop() {
   }
   if (!note_skip()) return false;
   stats_.end = RunEnd::kNonFinite;
-  stats_.end_reason = cat(consecutive_skips_, " consecutive updates (", last_finite_update_ + 1, " to ", stats_.updates,
-                          ") had a NaN or Inf loss or gradient; the parameters are still finite, those of update ",
-                          last_finite_update_);
+  stats_.end_reason =
+      cat(consecutive_skips_, " consecutive updates (", last_finite_update_ + 1, " to ", stats_.updates,
+          ") had a NaN or Inf loss or gradient; the parameters are still finite, those of update ",
+          last_finite_update_);
   return true;
 }
 
@@ -289,7 +296,8 @@ void LearnerLoop::after_update() {
   const double since_last_update = std::chrono::duration<double>(now - last_update_time_).count();
   last_update_time_ = now;
   if (since_last_update > 0) {
-    env_steps_per_s_ = static_cast<double>(stats_.last_update.steps) * communicator_->size() / since_last_update;
+    env_steps_per_s_ =
+        static_cast<double>(stats_.last_update.steps) * communicator_->size() / since_last_update;
     updates_per_s_ = 1.0 / since_last_update;
   }
   if (options_.reporter) options_.reporter->record_update(snapshot(elapsed()));
@@ -315,7 +323,8 @@ bool LearnerLoop::update_once(int64_t share) {
   drop_stale_queued_episodes();
   ++stats_.updates;
   stats_.episodes_used += static_cast<int64_t>(batch.size());
-  stats_.env_steps += static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
+  stats_.env_steps +=
+      static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
   if (count_skip_or_stop()) return false;
   after_update();
   return true;
@@ -339,7 +348,8 @@ void LearnerLoop::shut_down() {
   // Queued episodes are never used now; count them before the shutdown drain.
   stats_.dropped["unused_at_end"] += static_cast<int64_t>(queue_.size());
   queue_.clear();
-  for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
+  for (int actor : options_.actor_ranks)
+    transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
   while (!all_actors_done()) {
     if (auto message = transport_.poll()) {
       receive(*message, /*stopping=*/true);

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "common/episode_codec.h"
-#include "common/fault_injection.h"
-#include "common/logger.h"
-#include "common/transport.h"
-#include "common/staged_weights.h"
+#include "common/comm/staged_weights.h"
+#include "common/comm/transport.h"
+#include "common/support/fault_injection.h"
+#include "common/support/logger.h"
+#include "common/wire/episode_codec.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "learner/run_reporter.h"
@@ -37,7 +37,7 @@ struct LearnerLoopOptions {
   int64_t max_updates = 0;       // 0 = no limit
   int64_t steps_per_update = 0;  // over all learners
   int64_t weight_sync_interval = 1;
-  int64_t max_policy_lag = 0;    // 0 = keep all
+  int64_t max_policy_lag = 0;  // 0 = keep all
   double log_interval_s = 5.0;
   std::shared_ptr<RunReporter> reporter;  // learner 0: progress, metrics and status; null elsewhere
   // Checkpoints (learner 0): a directory, empty = none; every N updates or S seconds,
@@ -46,16 +46,15 @@ struct LearnerLoopOptions {
   int64_t checkpoint_interval_updates = 50;
   double checkpoint_interval_s = 600;
   int64_t checkpoint_keep = 3;
-  std::string config_yaml;       // saved in every checkpoint
+  std::string config_yaml;            // saved in every checkpoint
   int64_t max_consecutive_skips = 3;  // stop after this many non-finite updates in a row
-  TrainingProgress resumed;      // where a resumed run starts (zeros for a fresh one)
+  TrainingProgress resumed;           // where a resumed run starts (zeros for a fresh one)
   FaultPlan faults;
   // Learner 0: announce weights and broadcast them on this collective (NCCL or
   // MPI_Ibcast) instead of one message per actor; null = messages.
   std::shared_ptr<WeightBroadcastTransport> weight_broadcast;
   double weight_broadcast_timeout_s = 300;
 };
-
 
 struct LearnerStats {
   int64_t updates = 0;
@@ -71,10 +70,10 @@ struct LearnerStats {
   double wall_seconds = 0;
   std::string parameter_checksum;  // CRC-32 of every parameter's bytes
   UpdateStats last_update;
-  int64_t skipped_updates = 0;     // this run's updates skipped for non-finite values
+  int64_t skipped_updates = 0;  // this run's updates skipped for non-finite values
   RunEnd end = RunEnd::kFinished;
-  std::string end_reason;          // why the run stopped early; empty when it finished
-  std::string last_checkpoint;     // the newest checkpoint written (learner 0), or ""
+  std::string end_reason;       // why the run stopped early; empty when it finished
+  std::string last_checkpoint;  // the newest checkpoint written (learner 0), or ""
 };
 
 class LearnerLoop {
@@ -108,8 +107,8 @@ class LearnerLoop {
   // non-finite updates in a row).
   bool update_once(int64_t share);
   void record_batch(const std::vector<Episode>& batch);  // lag and return statistics
-  bool count_skip_or_stop();                            // true: stop for non-finite updates
-  void after_update();                                  // weights, rates, metrics, checkpoints
+  bool count_skip_or_stop();                             // true: stop for non-finite updates
+  void after_update();                                   // weights, rates, metrics, checkpoints
   void show_progress_if_due();
   void shut_down();  // stop the actors, drain them, final checkpoint and report
   double elapsed() const;
@@ -131,7 +130,7 @@ class LearnerLoop {
   int64_t lag_count_ = 0;
   int64_t consecutive_skips_ = 0;
   int64_t last_finite_update_ = 0;
-  int stop_requested_by_ = -1;     // the actor rank that asked to stop, or -1
+  int stop_requested_by_ = -1;  // the actor rank that asked to stop, or -1
   int64_t checkpointed_update_ = -1;
   std::unique_ptr<StagedWeightSender> staged_weights_;  // learner 0 with options_.weight_broadcast
   LearnerStats stats_;

@@ -34,7 +34,8 @@ VTraceTargets vtrace_targets(const at::Tensor& rewards, const at::Tensor& values
   const int64_t length = r.numel();
   VTraceTargets out{at::empty_like(r), at::empty_like(r), at::empty_like(r)};
   const float *rp = r.data_ptr<float>(), *vp = v.data_ptr<float>(), *lp = lr.data_ptr<float>();
-  float *vs = out.vs.data_ptr<float>(), *pg = out.pg_advantages.data_ptr<float>(), *cr = out.clipped_rhos.data_ptr<float>();
+  float *vs = out.vs.data_ptr<float>(), *pg = out.pg_advantages.data_ptr<float>(),
+        *cr = out.clipped_rhos.data_ptr<float>();
   // vs_t = V(x_t) + delta_t + gamma * c_t * (vs_{t+1} - V(x_{t+1})), computed backwards.
   double next_vs = bootstrap_value;
   double next_value = bootstrap_value;

@@ -1,6 +1,5 @@
 #include "learner/run_reporter.h"
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,13 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/crc32.h"
-#include "common/episode_codec.h"
-#include "common/errors.h"
-#include "common/logger.h"
-#include "common/weights_codec.h"
+#include "common/support/errors.h"
+#include "common/support/logger.h"
+#include "common/wire/crc32.h"
+#include "common/wire/episode_codec.h"
+#include "common/wire/weights_codec.h"
 #include "learner/checkpoint.h"
 #include "learner/status_server.h"
 #include "learner/tensorboard_writer.h"
@@ -39,14 +39,16 @@ bool progress_in_place_from_environment() {
   const std::string mode = value ? value : "auto";
   if (mode == "inplace") return true;
   if (mode == "plain") return false;
-  if (mode != "auto") throw InvalidArgumentError("KVRL_PROGRESS '" + mode + "' must be inplace, plain or auto");
+  if (mode != "auto")
+    throw InvalidArgumentError("KVRL_PROGRESS '" + mode + "' must be inplace, plain or auto");
   return isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
 }
 
 RunReporter::RunReporter(RunReporterOptions options, RunIdentity identity, std::shared_ptr<Logger> logger)
     : options_(std::move(options)), identity_(std::move(identity)), logger_(std::move(logger)) {
   char hash[9];
-  std::snprintf(hash, sizeof(hash), "%08x", crc32(identity_.config_yaml.data(), identity_.config_yaml.size()));
+  std::snprintf(hash, sizeof(hash), "%08x",
+                crc32(identity_.config_yaml.data(), identity_.config_yaml.size()));
   config_hash_ = hash;
   const std::filesystem::path dir = options_.run_dir;
   tensorboard_ = std::make_unique<TensorBoardWriter>((dir / "tensorboard").string());
@@ -54,12 +56,14 @@ RunReporter::RunReporter(RunReporterOptions options, RunIdentity identity, std::
   jsonl_ = open_metrics_file(dir / "metrics.jsonl", options_.continuing);
   csv_ = open_metrics_file(dir / "metrics.csv", options_.continuing);
   if (!(options_.continuing && csv_exists)) {
-    csv_ << "env_steps,updates,wall_seconds,mean_return,policy_loss,value_loss,entropy,approx_kl,clip_fraction,"
+    csv_ << "env_steps,updates,wall_seconds,mean_return,policy_loss,value_loss,entropy,approx_kl,clip_"
+            "fraction,"
             "rho_mean,packing_efficiency,queue_depth,policy_lag_mean\n";
   }
   if (options_.status_port > 0) {
     status_ = std::make_unique<StatusServer>(options_.status_address, options_.status_port, logger_);
-    status_->publish(status_json(RunSnapshot{}, "starting"), prometheus_text(RunSnapshot{}, identity_.algorithm));
+    status_->publish(status_json(RunSnapshot{}, "starting"),
+                     prometheus_text(RunSnapshot{}, identity_.algorithm));
   }
 }
 
@@ -67,18 +71,18 @@ RunReporter::~RunReporter() = default;
 
 int RunReporter::status_port() const { return status_ ? status_->port() : 0; }
 
-std::vector<std::pair<std::string, double>> RunReporter::scalars(const RunSnapshot& s, const std::string& algorithm) {
+std::vector<std::pair<std::string, double>> RunReporter::scalars(const RunSnapshot& s,
+                                                                 const std::string& algorithm) {
   std::vector<std::pair<std::string, double>> out = {
-      {"episode/return_mean", s.return_mean},
-      {"episode/length_mean", s.length_mean},
-      {"loss/policy", s.update.policy_loss},
-      {"loss/value", s.update.value_loss},
+      {"episode/return_mean", s.return_mean}, {"episode/length_mean", s.length_mean},
+      {"loss/policy", s.update.policy_loss},  {"loss/value", s.update.value_loss},
       {"loss/entropy", s.update.entropy},
   };
   if (algorithm == "vtrace") {
     out.insert(out.end(), {{"vtrace/rho_mean", s.update.rho_mean}, {"vtrace/rho_max", s.update.rho_max}});
   } else {
-    out.insert(out.end(), {{"ppo/approx_kl", s.update.approx_kl}, {"ppo/clip_fraction", s.update.clip_fraction}});
+    out.insert(out.end(),
+               {{"ppo/approx_kl", s.update.approx_kl}, {"ppo/clip_fraction", s.update.clip_fraction}});
   }
   out.insert(out.end(), {
                             {"optimizer/grad_norm", s.update.grad_norm},
@@ -91,7 +95,8 @@ std::vector<std::pair<std::string, double>> RunReporter::scalars(const RunSnapsh
                             {"learner/queue_depth", static_cast<double>(s.queue_depth)},
                             {"learner/skipped_updates", static_cast<double>(s.skipped_updates)},
                         });
-  for (const auto& [reason, count] : s.dropped) out.emplace_back("dropped/" + reason, static_cast<double>(count));
+  for (const auto& [reason, count] : s.dropped)
+    out.emplace_back("dropped/" + reason, static_cast<double>(count));
   return out;
 }
 
@@ -99,16 +104,21 @@ std::string RunReporter::prometheus_text(const RunSnapshot& s, const std::string
   std::ostringstream out;
   out.precision(10);
   auto metric = [&](const std::string& name, const char* type, const std::string& help, double value) {
-    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << value << '\n';
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+        << name << ' ' << value << '\n';
   };
-  metric("kvrl_env_steps_total", "counter", "Environment steps trained on.", static_cast<double>(s.env_steps));
+  metric("kvrl_env_steps_total", "counter", "Environment steps trained on.",
+         static_cast<double>(s.env_steps));
   metric("kvrl_updates_total", "counter", "Learner updates.", static_cast<double>(s.updates));
   metric("kvrl_episodes_used_total", "counter", "Episodes trained on.", static_cast<double>(s.episodes_used));
   metric("kvrl_skipped_updates_total", "counter", "Updates skipped for a NaN or Inf loss or gradient.",
          static_cast<double>(s.skipped_updates));
-  metric("kvrl_policy_version", "gauge", "Version of the weights learner 0 holds.", static_cast<double>(s.policy_version));
-  out << "# HELP kvrl_dropped_episodes_total Episodes dropped, by reason.\n# TYPE kvrl_dropped_episodes_total counter\n";
-  for (const auto& [reason, count] : s.dropped) out << "kvrl_dropped_episodes_total{reason=\"" << reason << "\"} " << count << '\n';
+  metric("kvrl_policy_version", "gauge", "Version of the weights learner 0 holds.",
+         static_cast<double>(s.policy_version));
+  out << "# HELP kvrl_dropped_episodes_total Episodes dropped, by reason.\n# TYPE "
+         "kvrl_dropped_episodes_total counter\n";
+  for (const auto& [reason, count] : s.dropped)
+    out << "kvrl_dropped_episodes_total{reason=\"" << reason << "\"} " << count << '\n';
   for (const auto& [tag, value] : scalars(s, algorithm)) {
     if (tag.rfind("dropped/", 0) == 0 || tag == "learner/skipped_updates") continue;  // counters above
     std::string name = "kvrl_" + tag;
@@ -126,7 +136,10 @@ std::string RunReporter::status_json(const RunSnapshot& s, const std::string& st
       {"state", state},
       {"config_hash", config_hash_},
       {"algorithm", identity_.algorithm},
-      {"ranks", {{"world_size", identity_.world_size}, {"learners", identity_.learners}, {"actors", identity_.actors}}},
+      {"ranks",
+       {{"world_size", identity_.world_size},
+        {"learners", identity_.learners},
+        {"actors", identity_.actors}}},
       {"versions",
        {{"policy", s.policy_version},
         {"checkpoint_format", kCheckpointFormatVersion},
@@ -152,15 +165,16 @@ void RunReporter::record_update(const RunSnapshot& s) {
   const auto values = scalars(s, identity_.algorithm);
   tensorboard_->write_scalars(s.env_steps, now, values);
   // Ordered as written: the counters first, then the scalars in their TensorBoard order.
-  nlohmann::ordered_json row = {{"update", s.updates}, {"env_steps", s.env_steps}, {"wall_seconds", s.wall_seconds},
-                                {"time", now}};
+  nlohmann::ordered_json row = {
+      {"update", s.updates}, {"env_steps", s.env_steps}, {"wall_seconds", s.wall_seconds}, {"time", now}};
   for (const auto& [tag, value] : values) row[tag] = value;
   jsonl_ << row.dump() << '\n';
   jsonl_.flush();
   const UpdateStats& u = s.update;
-  csv_ << s.env_steps << ',' << s.updates << ',' << s.wall_seconds << ',' << s.return_mean << ',' << u.policy_loss
-       << ',' << u.value_loss << ',' << u.entropy << ',' << u.approx_kl << ',' << u.clip_fraction << ',' << u.rho_mean
-       << ',' << u.packing_efficiency << ',' << s.queue_depth << ',' << s.lag_mean << '\n';
+  csv_ << s.env_steps << ',' << s.updates << ',' << s.wall_seconds << ',' << s.return_mean << ','
+       << u.policy_loss << ',' << u.value_loss << ',' << u.entropy << ',' << u.approx_kl << ','
+       << u.clip_fraction << ',' << u.rho_mean << ',' << u.packing_efficiency << ',' << s.queue_depth << ','
+       << s.lag_mean << '\n';
   csv_.flush();
   if (!jsonl_ || !csv_) throw Error("cannot write metrics to '" + options_.run_dir + "'");
   if (status_) status_->publish(status_json(s, "training"), prometheus_text(s, identity_.algorithm));

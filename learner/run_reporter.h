@@ -39,22 +39,22 @@ struct RunSnapshot {
   int64_t policy_version = 0;
   int64_t episodes_used = 0;
   int64_t skipped_updates = 0;
-  double wall_seconds = 0;       // training time, including the runs this one resumed
-  double return_mean = 0;        // over the recent episodes
+  double wall_seconds = 0;  // training time, including the runs this one resumed
+  double return_mean = 0;   // over the recent episodes
   double length_mean = 0;
   double lag_mean = 0, lag_max = 0;  // of the episodes in the last batch
   double env_steps_per_s = 0, updates_per_s = 0;
-  int64_t queue_depth = 0;       // episodes waiting at this learner
+  int64_t queue_depth = 0;                 // episodes waiting at this learner
   std::map<std::string, int64_t> dropped;  // by reason, over all runs
-  UpdateStats update;            // the last update's losses and statistics
+  UpdateStats update;                      // the last update's losses and statistics
 };
 
 struct RunReporterOptions {
   std::string run_dir;
-  bool continuing = false;        // resumed: append to the metrics files
+  bool continuing = false;  // resumed: append to the metrics files
   std::string status_address = "127.0.0.1";
-  int status_port = 0;            // 0 = no HTTP status
-  bool progress_in_place = false; // rewrite the progress line in place (a terminal)
+  int status_port = 0;             // 0 = no HTTP status
+  bool progress_in_place = false;  // rewrite the progress line in place (a terminal)
 };
 
 // Whether the progress line is rewritten in place, from KVRL_PROGRESS: "inplace",
@@ -79,7 +79,8 @@ class RunReporter {
   void finish(const RunSnapshot& snapshot, const std::string& state);
 
   // The scalars of an update, by TensorBoard tag ("loss/policy", "dropped/shutdown", ...).
-  static std::vector<std::pair<std::string, double>> scalars(const RunSnapshot& snapshot, const std::string& algorithm);
+  static std::vector<std::pair<std::string, double>> scalars(const RunSnapshot& snapshot,
+                                                             const std::string& algorithm);
   // The Prometheus text exposition of a snapshot.
   static std::string prometheus_text(const RunSnapshot& snapshot, const std::string& algorithm);
   std::string status_json(const RunSnapshot& snapshot, const std::string& state) const;

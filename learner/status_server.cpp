@@ -1,16 +1,17 @@
 #include "learner/status_server.h"
 
-// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>, so
+// <utility> comes first, out of clang-format's include sorting.
+// clang-format off
 #include <utility>
-
+// clang-format on
 #include <boost/asio.hpp>
-
 #include <mutex>
 #include <sstream>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/logger.h"
+#include "common/support/errors.h"
+#include "common/support/logger.h"
 
 namespace kvrl {
 namespace {
@@ -67,7 +68,8 @@ struct StatusServer::Impl {
     }
 
     void on_request(const boost::system::error_code& error) {
-      if (error == asio::error::not_found) return reply(error_response(431, "Request Header Fields Too Large"), false);
+      if (error == asio::error::not_found)
+        return reply(error_response(431, "Request Header Fields Too Large"), false);
       if (error) return;  // closed, reset or timed out
       std::istream in(&buffer);
       std::string line;
@@ -127,17 +129,22 @@ StatusServer::StatusServer(const std::string& address, int port, std::shared_ptr
   impl_->logger = std::move(logger);
   boost::system::error_code error;
   const asio::ip::address ip = asio::ip::make_address(address, error);
-  if (error) throw InvalidArgumentError("status.address '" + address + "' is not an IP address (e.g. 127.0.0.1 or 0.0.0.0)");
-  if (port < 1 || port > 65535) throw InvalidArgumentError("status.port " + std::to_string(port) + " must be in [1, 65535]");
+  if (error)
+    throw InvalidArgumentError("status.address '" + address +
+                               "' is not an IP address (e.g. 127.0.0.1 or 0.0.0.0)");
+  if (port < 1 || port > 65535)
+    throw InvalidArgumentError("status.port " + std::to_string(port) + " must be in [1, 65535]");
   const tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
   impl_->acceptor.open(endpoint.protocol());
   impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
   impl_->acceptor.bind(endpoint, error);
-  if (error) throw Error("cannot serve status on " + address + ":" + std::to_string(port) + ": " + error.message());
+  if (error)
+    throw Error("cannot serve status on " + address + ":" + std::to_string(port) + ": " + error.message());
   impl_->acceptor.listen();
   impl_->accept();
   impl_->thread = std::thread([this] { impl_->io.run(); });
-  impl_->logger->info("serving /metrics and /status on http://" + address + ":" + std::to_string(this->port()));
+  impl_->logger->info("serving /metrics and /status on http://" + address + ":" +
+                      std::to_string(this->port()));
 }
 
 StatusServer::~StatusServer() {

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/crc32.h"
-#include "common/errors.h"
+#include "common/support/errors.h"
+#include "common/wire/crc32.h"
 
 namespace kvrl {
 namespace {
@@ -25,7 +25,9 @@ void put_varint(std::string& out, uint64_t value) {
   }
   out.push_back(static_cast<char>(value));
 }
-void put_tag(std::string& out, int field, int wire_type) { put_varint(out, (static_cast<uint64_t>(field) << 3) | wire_type); }
+void put_tag(std::string& out, int field, int wire_type) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
+}
 template <typename T>
 void put_fixed(std::string& out, int field, T value) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8);
@@ -58,9 +60,10 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   gethostname(host, sizeof(host) - 1);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   const double seconds = std::chrono::duration<double>(now).count();
-  path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(seconds)) + "." +
-                                          host + "." + std::to_string(getpid())))
-              .string();
+  path_ =
+      (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(seconds)) +
+                                     "." + host + "." + std::to_string(getpid())))
+          .string();
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_) throw Error("cannot write TensorBoard events to '" + path_ + "'");
   std::string first = event(seconds, 0);

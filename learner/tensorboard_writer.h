@@ -20,7 +20,8 @@ class TensorBoardWriter {
   explicit TensorBoardWriter(const std::string& dir);
 
   // One event at `step` with every (tag, value) pair as a scalar; flushed at once.
-  void write_scalars(int64_t step, double wall_time, const std::vector<std::pair<std::string, double>>& scalars);
+  void write_scalars(int64_t step, double wall_time,
+                     const std::vector<std::pair<std::string, double>>& scalars);
 
   const std::string& path() const { return path_; }
 

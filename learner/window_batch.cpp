@@ -4,15 +4,18 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
-#include <utility>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 
-WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens) {
+namespace {
+
+// The row width: the longest episode's steps plus its final observation's token.
+int64_t window_width(const std::vector<Episode>& episodes, int64_t max_tokens) {
   if (episodes.empty()) throw InvalidArgumentError("pack_windows needs at least one episode");
   const int64_t obs_size = episodes.front().observation_size;
   const int64_t act_size = episodes.front().action_size;
@@ -22,19 +25,22 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
       throw InvalidArgumentError("pack_windows: episodes of different observation or action sizes");
     }
     if (e.length() + 1 > max_tokens) {
-      throw InvalidArgumentError("pack_windows: an episode of " + std::to_string(e.length()) + " steps needs " +
-                                 std::to_string(e.length() + 1) + " tokens, more than max_seq_len (" +
-                                 std::to_string(max_tokens) + ")");
+      throw InvalidArgumentError("pack_windows: an episode of " + std::to_string(e.length()) +
+                                 " steps needs " + std::to_string(e.length() + 1) +
+                                 " tokens, more than max_seq_len (" + std::to_string(max_tokens) + ")");
     }
     width = std::max(width, e.length() + 1);
   }
+  return width;
+}
 
-  // First-fit decreasing into rows as wide as the longest episode.
+// First-fit decreasing into rows `width` wide: each episode's slot, and each row's tokens.
+std::vector<EpisodeSlot> place_episodes(const std::vector<Episode>& episodes, int64_t width,
+                                        std::vector<int64_t>& row_used) {
   std::vector<size_t> order(episodes.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return episodes[a].length() > episodes[b].length(); });
-  std::vector<int64_t> row_used;
   std::vector<EpisodeSlot> slots(episodes.size());
   for (size_t index : order) {
     const int64_t tokens = episodes[index].length() + 1;
@@ -42,40 +48,53 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
     while (row < row_used.size() && row_used[row] + tokens > width) ++row;
     if (row == row_used.size()) row_used.push_back(0);
     const Episode& e = episodes[index];
-    slots[index] = {static_cast<int64_t>(row), row_used[row], e.length(), static_cast<bool>(e.terminated.back())};
+    slots[index] = {static_cast<int64_t>(row), row_used[row], e.length(),
+                    static_cast<bool>(e.terminated.back())};
     row_used[row] += tokens;
   }
+  return slots;
+}
 
+// Copies episode `e` into its slot of the batch's host tensors.
+void copy_into_slot(const Episode& e, const EpisodeSlot& slot, int64_t width, WindowBatch& batch) {
+  const int64_t obs_size = e.observation_size;
+  const int64_t act_size = e.action_size;
+  const int64_t base = slot.row * width + slot.offset;
+  float* obs = batch.observations.data_ptr<float>();
+  std::memcpy(obs + base * obs_size, e.observations.data(), e.observations.size() * sizeof(float));
+  std::memcpy(obs + (base + e.length()) * obs_size, e.final_observation.data(), obs_size * sizeof(float));
+  std::memcpy(batch.actions.data_ptr<float>() + base * act_size, e.actions.data(),
+              e.actions.size() * sizeof(float));
+  bool* init = batch.is_init.data_ptr<bool>();
+  bool* mask = batch.step_mask.data_ptr<bool>();
+  float* reward = batch.rewards.data_ptr<float>();
+  float* logp = batch.behaviour_log_probs.data_ptr<float>();
+  // Contexts start where the actor's did; the final token continues the last one.
+  for (int64_t t = 0; t < e.length(); ++t) init[base + t] = t == 0 || e.is_init[t] != 0;
+  init[base + e.length()] = false;
+  for (int64_t t = 0; t < e.length(); ++t) {
+    mask[base + t] = true;
+    reward[base + t] = e.rewards[t];
+    logp[base + t] = e.behaviour_log_probs[t];
+  }
+}
+
+}  // namespace
+
+WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens) {
+  const int64_t width = window_width(episodes, max_tokens);
+  std::vector<int64_t> row_used;
+  std::vector<EpisodeSlot> slots = place_episodes(episodes, width, row_used);
   const int64_t rows = static_cast<int64_t>(row_used.size());
+  const int64_t obs_size = episodes.front().observation_size;
   WindowBatch batch;
   batch.observations = at::zeros({rows, width, obs_size});
-  batch.actions = at::zeros({rows, width, act_size});
+  batch.actions = at::zeros({rows, width, episodes.front().action_size});
   batch.is_init = at::ones({rows, width}, at::kBool);  // padding: each token its own segment
   batch.step_mask = at::zeros({rows, width}, at::kBool);
   batch.rewards = at::zeros({rows, width});
   batch.behaviour_log_probs = at::zeros({rows, width});
-  auto* obs = batch.observations.data_ptr<float>();
-  auto* act = batch.actions.data_ptr<float>();
-  auto* init = batch.is_init.data_ptr<bool>();
-  auto* mask = batch.step_mask.data_ptr<bool>();
-  auto* reward = batch.rewards.data_ptr<float>();
-  auto* logp = batch.behaviour_log_probs.data_ptr<float>();
-  for (size_t i = 0; i < episodes.size(); ++i) {
-    const Episode& e = episodes[i];
-    const EpisodeSlot& slot = slots[i];
-    const int64_t base = slot.row * width + slot.offset;
-    std::memcpy(obs + base * obs_size, e.observations.data(), e.observations.size() * sizeof(float));
-    std::memcpy(obs + (base + e.length()) * obs_size, e.final_observation.data(), obs_size * sizeof(float));
-    std::memcpy(act + base * act_size, e.actions.data(), e.actions.size() * sizeof(float));
-    // Contexts start where the actor's did; the final token continues the last one.
-    for (int64_t t = 0; t < e.length(); ++t) init[base + t] = t == 0 || e.is_init[t] != 0;
-    init[base + e.length()] = false;
-    for (int64_t t = 0; t < e.length(); ++t) {
-      mask[base + t] = true;
-      reward[base + t] = e.rewards[t];
-      logp[base + t] = e.behaviour_log_probs[t];
-    }
-  }
+  for (size_t i = 0; i < episodes.size(); ++i) copy_into_slot(episodes[i], slots[i], width, batch);
   batch.row_tokens = std::move(row_used);
   batch.row_steps.assign(batch.row_tokens.size(), 0);
   for (const EpisodeSlot& slot : slots) batch.row_steps[static_cast<size_t>(slot.row)] += slot.length;
@@ -104,8 +123,8 @@ at::Tensor WindowRows::operator()(const at::Tensor& t) const {
 WindowBatch WindowBatch::to(c10::Device device) && {
   WindowBatch moved = std::move(*this);
   if (moved.observations.device() == device) return moved;
-  for (at::Tensor* tensor : {&moved.observations, &moved.actions, &moved.is_init, &moved.step_mask, &moved.rewards,
-                             &moved.behaviour_log_probs}) {
+  for (at::Tensor* tensor : {&moved.observations, &moved.actions, &moved.is_init, &moved.step_mask,
+                             &moved.rewards, &moved.behaviour_log_probs}) {
     *tensor = tensor->to(device, /*non_blocking=*/false);
   }
   return moved;

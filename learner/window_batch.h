@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "common/episode.h"
+#include "common/wire/episode.h"
 
 namespace kvrl {
 

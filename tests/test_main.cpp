@@ -6,11 +6,11 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
-#include "tests/device_under_test.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "tests/device_under_test.h"
 
 namespace {
 

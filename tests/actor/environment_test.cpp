@@ -8,12 +8,13 @@
 #include "actor/memory_tasks.h"
 #include "actor/policy_fit.h"
 #include "actor/vector_env.h"
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
 
-std::vector<std::unique_ptr<Environment>> make_many(const std::string& name, int count, const EnvOptions& options = {}) {
+std::vector<std::unique_ptr<Environment>> make_many(const std::string& name, int count,
+                                                    const EnvOptions& options = {}) {
   std::vector<std::unique_ptr<Environment>> envs;
   for (int i = 0; i < count; ++i) envs.push_back(make_environment(name, options));
   return envs;
@@ -138,10 +139,12 @@ TEST(Environment, RepeatPreviousEndsAfterTheDeckIsDealt) {
   int steps = 0;
   double total = 0;
   StepResult result;
-  int last_suit = static_cast<int>(std::max_element(observation.begin(), observation.end()) - observation.begin());
+  int last_suit =
+      static_cast<int>(std::max_element(observation.begin(), observation.end()) - observation.begin());
   while (!result.terminated) {
     result = env.step(std::vector<float>{static_cast<float>(last_suit)}, observation);
-    last_suit = static_cast<int>(std::max_element(observation.begin(), observation.end()) - observation.begin());
+    last_suit =
+        static_cast<int>(std::max_element(observation.begin(), observation.end()) - observation.begin());
     total += result.reward;
     ++steps;
   }
@@ -176,7 +179,8 @@ TEST(PolicyFit, MismatchNamesBothShapes) {
     FAIL();
   } catch (const InvalidArgumentError& error) {
     const std::string message = error.what();
-    EXPECT_NE(message.find("the policy (input_size 3, categorical over 2 actions)"), std::string::npos) << message;
+    EXPECT_NE(message.find("the policy (input_size 3, categorical over 2 actions)"), std::string::npos)
+        << message;
     EXPECT_NE(message.find("need input_size 4, categorical over 2 actions"), std::string::npos) << message;
   }
   const auto pendulum = make_environment("Pendulum-v1", {});
@@ -211,8 +215,9 @@ TEST(EnvPlugin, RefusesMissingFilesSymbolsAndOtherAbiVersions) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message_of("/nonexistent/libenv.so").find("cannot load environment plugin '/nonexistent/libenv.so'"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of("/nonexistent/libenv.so").find("cannot load environment plugin '/nonexistent/libenv.so'"),
+      std::string::npos);
   EXPECT_NE(message_of(KVRL_NO_ENTRY_PLUGIN).find("has no symbol kvrl_env_plugin_v1"), std::string::npos);
   EXPECT_NE(message_of(KVRL_WRONG_ABI_PLUGIN).find("was built for plugin ABI version 2, this kvrl needs 1"),
             std::string::npos);

@@ -1,4 +1,4 @@
-#include "common/accelerator_probe.h"
+#include "common/comm/accelerator_probe.h"
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -39,7 +39,8 @@ int gpus_listed_by_the_driver() {
   if (listing == nullptr) return 0;
   int listed = 0;
   char line[512];
-  while (std::fgets(line, sizeof(line), listing) != nullptr) listed += std::strncmp(line, "GPU ", 4) == 0 ? 1 : 0;
+  while (std::fgets(line, sizeof(line), listing) != nullptr)
+    listed += std::strncmp(line, "GPU ", 4) == 0 ? 1 : 0;
   pclose(listing);
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   if (visible == nullptr) return listed;
@@ -55,7 +56,8 @@ TEST(AcceleratorProbe, CountsTheGpusTheDriverLists_CUDA) {
   const int listed = gpus_listed_by_the_driver();
   EXPECT_EQ(report.cuda_devices, listed) << report.summary();
   if (listed > 0) {
-    EXPECT_EQ(report.summary().rfind(std::to_string(listed) + " CUDA device(s) usable", 0), 0u) << report.summary();
+    EXPECT_EQ(report.summary().rfind(std::to_string(listed) + " CUDA device(s) usable", 0), 0u)
+        << report.summary();
 #ifdef KVRL_HAVE_CUDA
     EXPECT_GT(report.cuda_driver_version, 0) << report.summary();
     EXPECT_EQ(report.summary().find("driver none"), std::string::npos) << report.summary();

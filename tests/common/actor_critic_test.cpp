@@ -1,9 +1,9 @@
-#include "common/actor_critic.h"
+#include "common/model/actor_critic.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -44,7 +44,8 @@ TEST(ActorCritic, AWindowWithTheRecordedRestartReproducesTheSteps) {
   at::Tensor episode_start_only = torch::zeros({streams, steps}, torch::kBool);
   episode_start_only.select(1, 0).fill_(true);
   const at::Tensor whole_episode = policy.evaluate(observations, episode_start_only).values;
-  EXPECT_TRUE(torch::allclose(whole_episode.narrow(1, 0, restart), acted_values.narrow(1, 0, restart), 1e-5, 1e-5));
+  EXPECT_TRUE(
+      torch::allclose(whole_episode.narrow(1, 0, restart), acted_values.narrow(1, 0, restart), 1e-5, 1e-5));
   EXPECT_FALSE(torch::allclose(whole_episode.narrow(1, restart, steps - restart),
                                acted_values.narrow(1, restart, steps - restart), 1e-3, 1e-3));
 }
@@ -82,7 +83,8 @@ TEST_F(ActorCriticAutocast, StepsStayCloseToFloat32AndKeepTheirContextAcrossUpda
   EXPECT_TRUE(differs) << "bf16 autocast should change the values at float32 precision";
   // Rebuilt under the same autocast, the cache keeps its dtype: the next step continues
   // every stream (position 10) instead of restarting it for a dtype change.
-  bf16.mark_weight_update_keeping_context(observations.transpose(0, 1).contiguous(), torch::full({3}, 10, torch::kLong));
+  bf16.mark_weight_update_keeping_context(observations.transpose(0, 1).contiguous(),
+                                          torch::full({3}, 10, torch::kLong));
   bf16.act(observations[9], starts, generator, /*greedy=*/true);
   EXPECT_TRUE(torch::equal(bf16.trunk().stream_positions(), torch::full({3}, 11, torch::kLong)))
       << bf16.trunk().stream_positions();
@@ -113,7 +115,8 @@ TEST(ActorCritic, AutocastAcceptsOnlyBfloat16) {
     policy.set_autocast(at::kHalf);
     FAIL() << "float16 was accepted";
   } catch (const InvalidArgumentError& error) {
-    EXPECT_NE(std::string(error.what()).find("autocast dtype Half is not supported: use bfloat16"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("autocast dtype Half is not supported: use bfloat16"),
+              std::string::npos)
         << error.what();
   }
   EXPECT_EQ(policy.autocast(), std::nullopt);

@@ -1,12 +1,12 @@
-#include "common/causal_transformer.h"
+#include "common/model/causal_transformer.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <set>
 
-#include "common/episode_masks.h"
-#include "common/errors.h"
+#include "common/model/episode_masks.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -55,9 +55,9 @@ TEST_F(CausalTransformerTest, ParameterNamesMatchTheReference) {
   std::set<std::string> expected{"in_proj.weight", "in_proj.bias", "pos_emb.weight", "norm.weight",
                                  "norm.bias"};
   for (const char* block : {"blocks.0.", "blocks.1."}) {
-    for (const char* name : {"norm1.weight", "norm1.bias", "qkv.weight", "out_proj.weight",
-                             "out_proj.bias", "norm2.weight", "norm2.bias", "mlp.0.weight",
-                             "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"}) {
+    for (const char* name :
+         {"norm1.weight", "norm1.bias", "qkv.weight", "out_proj.weight", "out_proj.bias", "norm2.weight",
+          "norm2.bias", "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"}) {
       expected.insert(std::string(block) + name);
     }
   }
@@ -128,7 +128,8 @@ TEST_F(CausalTransformerTest, CachedEntriesAreDetached) {
 TEST_F(CausalTransformerTest, ResetZeroesOnlySelectedStreams) {
   CausalTransformer net(small_options());
   auto cache = net.new_kv_cache(3, {}, {});
-  cache = net.forward(torch::randn({3, 1, 3}), torch::zeros({3, 1}, torch::kLong), std::nullopt, cache).kv_cache;
+  cache =
+      net.forward(torch::randn({3, 1, 3}), torch::zeros({3, 1}, torch::kLong), std::nullopt, cache).kv_cache;
   cache = net.reset_kv_cache(cache, torch::tensor({false, true, false}));
   auto* typed = dynamic_cast<CausalTransformerKvCache*>(cache.get());
   EXPECT_EQ(typed->keys[1].abs().sum().item<float>(), 0.0f);
@@ -152,7 +153,8 @@ TEST_F(CausalTransformerTest, CachedStepNeverReadsSlotsPastTheContextInUse) {
     }
     at::Tensor last;
     for (int64_t t = 0; t < 3; ++t) {
-      auto step = net.forward(features.narrow(1, t, 1), torch::full({2, 1}, t, torch::kLong), std::nullopt, cache);
+      auto step =
+          net.forward(features.narrow(1, t, 1), torch::full({2, 1}, t, torch::kLong), std::nullopt, cache);
       cache = step.kv_cache;
       last = step.out;
     }
@@ -200,7 +202,8 @@ TEST(AttentionChunks, KeyRangesCoverEveryAllowedKeyAndSkipTheRest) {
   for (const AttentionChunk& chunk : chunks) {
     const at::Tensor rows = mask.narrow(1, chunk.query_begin, chunk.query_count);
     // Nothing outside the range is allowed, and its ends are allowed keys.
-    EXPECT_EQ(rows.sum().item<int64_t>(), rows.narrow(2, chunk.key_begin, chunk.key_count).sum().item<int64_t>());
+    EXPECT_EQ(rows.sum().item<int64_t>(),
+              rows.narrow(2, chunk.key_begin, chunk.key_count).sum().item<int64_t>());
     EXPECT_TRUE(rows.select(2, chunk.key_begin).any().item<bool>());
     EXPECT_TRUE(rows.select(2, chunk.key_begin + chunk.key_count - 1).any().item<bool>());
   }

@@ -13,17 +13,18 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/mpi_transport.h"
-#include "common/mpi_weight_broadcast.h"
-#include "common/staged_weights.h"
+#include "common/comm/mpi_communicator.h"
+#include "common/comm/mpi_weight_broadcast.h"
+#include "common/comm/staged_weights.h"
+#include "common/support/errors.h"
 #include "tests/device_under_test.h"
 #include "tests/mpi_once.h"
 #ifdef KVRL_HAVE_NCCL
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "common/nccl_communicator.h"
+#include "common/comm/nccl_communicator.h"
+#include "common/comm/nccl_weight_broadcast.h"
 #endif
 
 namespace kvrl {
@@ -38,7 +39,8 @@ constexpr double kDeadlineS = 20;  // for anything a test waits on
 std::shared_ptr<Communicator> learner_communicator(const c10::Device& device, double timeout_s = 30) {
 #ifdef KVRL_HAVE_NCCL
   if (device.is_cuda()) {
-    return std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, device, NcclOptions{/*bucket_bytes=*/256, timeout_s});
+    return std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, device,
+                                              NcclOptions{/*bucket_bytes=*/256, timeout_s});
   }
 #endif
   (void)timeout_s;
@@ -78,7 +80,8 @@ void expect_same_values(const std::vector<at::Tensor>& actual, const std::vector
   for (size_t i = 0; i < actual.size(); ++i) {
     EXPECT_EQ(actual[i].scalar_type(), expected[i].scalar_type()) << what << ", tensor " << i;
     // MPI reduces in float32; NCCL in each tensor's own dtype.
-    EXPECT_TRUE(torch::allclose(actual[i].cpu().to(torch::kDouble), expected[i].to(torch::kDouble), 1e-6, 1e-6))
+    EXPECT_TRUE(
+        torch::allclose(actual[i].cpu().to(torch::kDouble), expected[i].to(torch::kDouble), 1e-6, 1e-6))
         << what << ", tensor " << i << ": " << actual[i].cpu().flatten().slice(0, 0, 4) << " vs "
         << expected[i].flatten().slice(0, 0, 4);
   }
@@ -117,7 +120,8 @@ TEST(CollectivesOnDevice, AStartedReductionLandsWithinItsDeadline_NCCL) {
   std::vector<at::Tensor> expected = {source.clone()};
   mpi.all_reduce_mean(expected);
   auto pending = communicator->start_all_reduce_mean(flat);
-  EXPECT_TRUE(within_deadline(kDeadlineS, "a started 4096-element all-reduce on " + device.str() + " to finish",
+  EXPECT_TRUE(within_deadline(kDeadlineS,
+                              "a started 4096-element all-reduce on " + device.str() + " to finish",
                               [&] { return pending->progress(); }));
   pending->wait();
   EXPECT_TRUE(torch::allclose(flat.cpu(), expected[0])) << flat.cpu().slice(0, 0, 4);
@@ -139,12 +143,14 @@ TEST(CollectivesOnDevice, AVersionTaggedWeightBroadcastLandsWithItsVersion_NCCL)
   const at::Tensor buffer = weights_with_version(parameters, 9);
   EXPECT_EQ(buffer.device(), device);
   auto pending = transport->join(buffer);
-  EXPECT_TRUE(within_deadline(kDeadlineS, "the joined " + transport->name() + " weight broadcast of version 9",
+  EXPECT_TRUE(within_deadline(kDeadlineS,
+                              "the joined " + transport->name() + " weight broadcast of version 9",
                               [&] { return pending->landed(); }));
   EXPECT_EQ(version_of_weights(buffer), 9);
   EXPECT_TRUE(torch::equal(buffer.narrow(0, 0, 12).view({3, 4}).cpu(), parameters[0].cpu()));
   EXPECT_TRUE(torch::equal(buffer.narrow(0, 12, 5).cpu(), parameters[1].cpu()));
-  if (device.is_cuda()) EXPECT_THROW(transport->join(torch::zeros({4})), InvalidArgumentError);  // not on the GPU
+  if (device.is_cuda())
+    EXPECT_THROW(transport->join(torch::zeros({4})), InvalidArgumentError);  // not on the GPU
 }
 
 #ifdef KVRL_HAVE_NCCL
@@ -158,7 +164,8 @@ TEST(CollectivesOnDevice, AStalledAllReduceReachesTheWatchdogWithANamedError_NCC
   std::vector<at::Tensor> tensors = {torch::ones({64}, torch::TensorOptions().device(device))};
   // A host function that sleeps holds the current stream, which the collective waits for.
   const auto stall = [](void*) { std::this_thread::sleep_for(std::chrono::seconds(3)); };
-  ASSERT_EQ(cudaLaunchHostFunc(c10::cuda::getCurrentCUDAStream(device.index()).stream(), stall, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(c10::cuda::getCurrentCUDAStream(device.index()).stream(), stall, nullptr),
+            cudaSuccess);
   const auto start = std::chrono::steady_clock::now();
   try {
     communicator->all_reduce_mean(tensors);

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/actor_critic.h"
-#include "common/autocast_scope.h"
-#include "common/errors.h"
+#include "common/model/actor_critic.h"
+#include "common/model/autocast_scope.h"
+#include "common/support/errors.h"
 #include "tests/device_under_test.h"
 #ifdef KVRL_HAVE_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -48,8 +48,8 @@ ActorCriticOptions parity_policy() {
 at::Tensor episode_starts() {
   at::Tensor is_init = torch::zeros({kStreams, kSteps}, torch::kBool);
   is_init.select(1, 0).fill_(true);
-  for (auto [stream, step] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 40}, {2, 65}, {2, 129}, {3, 99}, {4, 64}, {5, 149}}) {
+  for (auto [stream, step] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 40}, {2, 65}, {2, 129}, {3, 99}, {4, 64}, {5, 149}}) {
     is_init[stream][step] = true;
   }
   return is_init;
@@ -65,8 +65,8 @@ struct Trajectory {
 Trajectory step_through(ActorCritic& policy, const at::Tensor& observations, const at::Tensor& is_init,
                         const c10::Device& device, bool* every_step_from_graph = nullptr) {
   torch::NoGradGuard no_grad;
-  at::Generator generator = device.is_cuda() ? at::globalContext().defaultGenerator(device)
-                                             : at::detail::createCPUGenerator(1);
+  at::Generator generator =
+      device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::createCPUGenerator(1);
   std::vector<at::Tensor> actions, log_probs, values;
   bool from_graph = true;
   for (int64_t t = 0; t < kSteps; ++t) {
@@ -90,7 +90,8 @@ Trajectory window_of(ActorCritic& policy, const at::Tensor& observations, const 
           window.values.cpu().to(at::kFloat)};
 }
 
-std::shared_ptr<ActorCritic> copy_on(const ActorCritic& source, ActorCriticOptions options, const c10::Device& device) {
+std::shared_ptr<ActorCritic> copy_on(const ActorCritic& source, ActorCriticOptions options,
+                                     const c10::Device& device) {
   auto copy = std::make_shared<ActorCritic>(options);
   torch::NoGradGuard no_grad;
   const auto from = source.parameters();
@@ -105,9 +106,9 @@ std::shared_ptr<ActorCritic> copy_on(const ActorCritic& source, ActorCriticOptio
   if (torch::allclose(actual, expected, tolerance, tolerance)) return ::testing::AssertionSuccess();
   const at::Tensor error = (actual - expected).abs();
   const auto worst = error.flatten().argmax().item<int64_t>();
-  return ::testing::AssertionFailure() << what << ": largest difference " << error.max().item<double>() << " at "
-                                       << "[stream " << worst / kSteps << ", step " << worst % kSteps
-                                       << "], tolerance " << tolerance;
+  return ::testing::AssertionFailure()
+         << what << ": largest difference " << error.max().item<double>() << " at "
+         << "[stream " << worst / kSteps << ", step " << worst % kSteps << "], tolerance " << tolerance;
 }
 
 class DeviceParity : public ::testing::Test {
@@ -136,14 +137,19 @@ TEST_F(DeviceParity, CachedStepsMatchTheCpuAndTheWindowPathInFloat32_CUDA) {
     auto policy = copy_on(*cpu_policy_, options, device);
     bool from_graph = false;
     const Trajectory stepped = step_through(*policy, observations_, is_init_, device, &from_graph);
-    const std::string path = device.str() + (fast_path ? (device.is_cuda() ? " with CUDA graphs" : " static-shape") : " eager");
-    if (device.is_cuda()) EXPECT_EQ(from_graph, fast_path) << path << ": the step did not take the path asked for";
-    EXPECT_TRUE(torch::equal(stepped.actions, on_cpu_.actions)) << path << ": greedy actions differ from the CPU's";
+    const std::string path =
+        device.str() + (fast_path ? (device.is_cuda() ? " with CUDA graphs" : " static-shape") : " eager");
+    if (device.is_cuda())
+      EXPECT_EQ(from_graph, fast_path) << path << ": the step did not take the path asked for";
+    EXPECT_TRUE(torch::equal(stepped.actions, on_cpu_.actions))
+        << path << ": greedy actions differ from the CPU's";
     EXPECT_TRUE(close(stepped.values, on_cpu_.values, kFloat32Tolerance, path + " values vs CPU steps"));
-    EXPECT_TRUE(close(stepped.log_probs, on_cpu_.log_probs, kFloat32Tolerance, path + " log-probs vs CPU steps"));
+    EXPECT_TRUE(
+        close(stepped.log_probs, on_cpu_.log_probs, kFloat32Tolerance, path + " log-probs vs CPU steps"));
     const Trajectory window = window_of(*policy, observations_, is_init_, stepped.actions, device);
     EXPECT_TRUE(close(stepped.values, window.values, kFloat32Tolerance, path + " values vs the window path"));
-    EXPECT_TRUE(close(stepped.log_probs, window.log_probs, kFloat32Tolerance, path + " log-probs vs the window path"));
+    EXPECT_TRUE(close(stepped.log_probs, window.log_probs, kFloat32Tolerance,
+                      path + " log-probs vs the window path"));
   }
 }
 
@@ -155,10 +161,12 @@ TEST_F(DeviceParity, Bfloat16StepsStayWithinTheDocumentedToleranceOfFloat32_CUDA
   policy->set_autocast(at::kBFloat16);
   const Trajectory stepped = step_through(*policy, observations_, is_init_, device);
   EXPECT_TRUE(close(stepped.values, on_cpu_.values, kBfloat16Tolerance, "bf16 values vs float32 CPU steps"));
-  EXPECT_TRUE(close(stepped.log_probs, on_cpu_.log_probs, kBfloat16Tolerance, "bf16 log-probs vs float32 CPU steps"));
+  EXPECT_TRUE(
+      close(stepped.log_probs, on_cpu_.log_probs, kBfloat16Tolerance, "bf16 log-probs vs float32 CPU steps"));
   const Trajectory window = window_of(*policy, observations_, is_init_, on_cpu_.actions, device);
   EXPECT_TRUE(close(stepped.values, window.values, kBfloat16Tolerance, "bf16 step values vs bf16 window"));
-  EXPECT_TRUE(close(window.log_probs, on_cpu_.log_probs, kBfloat16Tolerance, "bf16 window log-probs vs float32"));
+  EXPECT_TRUE(
+      close(window.log_probs, on_cpu_.log_probs, kBfloat16Tolerance, "bf16 window log-probs vs float32"));
 }
 
 // Bytes in use by the device's allocator: CUDA's caching allocator, or glibc's heap on the
@@ -211,9 +219,9 @@ TEST(KvCacheMemory, EachStreamHoldsTwoTimesLayersTimesContextTimesWidth_CUDA) {
     // Besides the cache the module keeps one position per stream (8 bytes).
     const double per_stream = static_cast<double>(held - streams * 8) / streams;
     EXPECT_NEAR(per_stream, static_cast<double>(expected_per_stream), 0.01 * expected_per_stream)
-        << (bf16 ? "bfloat16" : "float32") << " cache on " << device.str() << ": " << held << " bytes held for "
-        << streams << " streams, formula 2*" << layers << "*" << max_seq_len << "*" << hidden << "*" << element_bytes
-        << " = " << expected_per_stream << " per stream";
+        << (bf16 ? "bfloat16" : "float32") << " cache on " << device.str() << ": " << held
+        << " bytes held for " << streams << " streams, formula 2*" << layers << "*" << max_seq_len << "*"
+        << hidden << "*" << element_bytes << " = " << expected_per_stream << " per stream";
   }
 }
 

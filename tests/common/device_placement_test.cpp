@@ -1,11 +1,12 @@
+#include "common/comm/device_placement.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <map>
 
-#include "common/device_placement.h"
-#include "common/errors.h"
-#include "common/gradient_buckets.h"
+#include "common/comm/gradient_buckets.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -64,14 +65,18 @@ TEST(DevicePlacement, SpreadsRanksOverGpusAndFallsBackToCpuSayingWhy) {
 }
 
 TEST(GradientBuckets, GroupInOrderUpToTheSizeAndKeepDtypesApart) {
-  const std::vector<at::Tensor> tensors = {torch::zeros({10}), torch::zeros({20}), torch::zeros({100}),
-                                           torch::zeros({5}), torch::zeros({5}, torch::kDouble), torch::zeros({1})};
+  const std::vector<at::Tensor> tensors = {torch::zeros({10}),
+                                           torch::zeros({20}),
+                                           torch::zeros({100}),
+                                           torch::zeros({5}),
+                                           torch::zeros({5}, torch::kDouble),
+                                           torch::zeros({1})};
   const auto buckets = plan_buckets(tensors, 30 * 4);  // 30 floats
   ASSERT_EQ(buckets.size(), 5u);
   EXPECT_EQ(buckets[0].members, (std::vector<size_t>{0, 1}));  // 30 floats exactly
   EXPECT_EQ(buckets[1].members, (std::vector<size_t>{2}));     // larger than a bucket: alone
   EXPECT_EQ(buckets[2].members, (std::vector<size_t>{3}));
-  EXPECT_EQ(buckets[3].members, (std::vector<size_t>{4}));     // another dtype
+  EXPECT_EQ(buckets[3].members, (std::vector<size_t>{4}));  // another dtype
   EXPECT_EQ(buckets[4].members, (std::vector<size_t>{5}));
   EXPECT_EQ(buckets[0].numel, 30);
   EXPECT_THROW(plan_buckets(tensors, 0), InvalidArgumentError);

@@ -1,12 +1,12 @@
-#include "common/episode_codec.h"
+#include "common/wire/episode_codec.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
-#include "common/crc32.h"
-#include "common/errors.h"
+#include "common/support/errors.h"
+#include "common/wire/crc32.h"
 #include "tests/common/sample_episode.h"
 
 namespace kvrl {
@@ -18,7 +18,9 @@ class EpisodeCodecTest : public ::testing::Test {
  protected:
   void SetUp() override { rng_.seed(42); }
 
-  Episode make_episode(int64_t length, bool truncated = false) { return fixtures::sample_episode(length, truncated, rng_); }
+  Episode make_episode(int64_t length, bool truncated = false) {
+    return fixtures::sample_episode(length, truncated, rng_);
+  }
 
   static Reason reason_of(const EpisodeCodec& codec, std::span<const uint8_t> message) {
     try {

@@ -1,9 +1,9 @@
-#include "common/episode_masks.h"
+#include "common/model/episode_masks.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -13,8 +13,8 @@ at::Tensor bools(std::initializer_list<int> values) {
 }
 
 TEST(EpisodeMasks, PositionsRestartAtEveryIsInit) {
-  EXPECT_TRUE(torch::equal(positions_from_is_init(bools({1, 0, 1, 0})),
-                           torch::tensor({{0, 1, 0, 1}}, torch::kLong)));
+  EXPECT_TRUE(
+      torch::equal(positions_from_is_init(bools({1, 0, 1, 0})), torch::tensor({{0, 1, 0, 1}}, torch::kLong)));
 }
 
 TEST(EpisodeMasks, WindowStartIsPositionZeroEvenWithoutIsInit) {

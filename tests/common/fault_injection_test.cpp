@@ -1,7 +1,8 @@
+#include "common/support/fault_injection.h"
+
 #include <gtest/gtest.h>
 
-#include "common/errors.h"
-#include "common/fault_injection.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -23,13 +24,14 @@ TEST(FaultPlan, TakesOnlyTheEntriesOfItsRank) {
 }
 
 TEST(FaultPlan, RejectsMalformedEntriesNamingThem) {
-  for (const std::string bad : {"explode:1:3", "exit:1", "exit:1:0", "exit:x:3", "exit:1:3:2", "nan_loss:0:1:0",
-                                "exit:-1:3", "exit:1:3junk"}) {
+  for (const std::string bad : {"explode:1:3", "exit:1", "exit:1:0", "exit:x:3", "exit:1:3:2",
+                                "nan_loss:0:1:0", "exit:-1:3", "exit:1:3junk"}) {
     try {
       FaultPlan::parse(bad, 1);
       FAIL() << bad << " was accepted";
     } catch (const InvalidArgumentError& error) {
-      EXPECT_NE(std::string(error.what()).find("KVRL_FAULT entry '" + bad + "'"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("KVRL_FAULT entry '" + bad + "'"), std::string::npos)
+          << error.what();
       EXPECT_NE(std::string(error.what()).find("KIND:RANK:N[:COUNT]"), std::string::npos) << error.what();
     }
   }

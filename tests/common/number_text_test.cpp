@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
+#include "common/support/number_text.h"
 
-#include "common/number_text.h"
+#include <gtest/gtest.h>
 
 namespace kvrl {
 namespace {

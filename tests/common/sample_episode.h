@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <random>
 
-#include "common/episode.h"
+#include "common/wire/episode.h"
 
 namespace kvrl::fixtures {
 

@@ -1,11 +1,11 @@
-#include "common/staged_weights.h"
+#include "common/comm/staged_weights.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <thread>
 
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -107,7 +107,8 @@ TEST_F(StagedWeights, ABroadcastCarryingAnotherVersionThanAnnouncedIsRefused) {
     receiver.poll(acting, 0);
     FAIL() << "expected an Error";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("announced as policy version 3 carried version 4"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("announced as policy version 3 carried version 4"),
+              std::string::npos)
         << error.what();
   }
   EXPECT_EQ(acting[0].sum().item<float>(), 0.0f);
@@ -122,7 +123,8 @@ TEST_F(StagedWeights, ReceiverTimesOutNamingTheVersionAndAbandonsTheBroadcast) {
     impatient.poll(acting, 0);
     FAIL() << "expected an Error";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("policy version 1 had not landed"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("policy version 1 had not landed"), std::string::npos)
+        << error.what();
   }
   EXPECT_EQ(wire.abandoned, 1);
 }
@@ -135,8 +137,9 @@ TEST_F(StagedWeights, SenderTimesOutWhenAnActorNeverJoins) {
     impatient.start(parameters_filled_with(2), 2);
     FAIL() << "expected an Error";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("policy version 1 from learner rank 0 had not reached every actor"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(error.what()).find("policy version 1 from learner rank 0 had not reached every actor"),
+        std::string::npos)
         << error.what();
   }
   EXPECT_EQ(wire.abandoned, 1);

@@ -1,13 +1,13 @@
-#include "common/state_dict_io.h"
+#include "common/io/state_dict_io.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <filesystem>
 
-#include "common/causal_transformer.h"
-#include "common/errors.h"
-#include "common/torch_file.h"
+#include "common/io/torch_file.h"
+#include "common/model/causal_transformer.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -22,8 +22,9 @@ class StateDictIoTest : public ::testing::Test {
     options_.hidden_size = 8;
     options_.num_heads = 2;
     options_.max_seq_len = 5;
-    path_ = (std::filesystem::temp_directory_path() /
-             ("kvrl_state_dict_" + std::to_string(::getpid()) + ".pt")).string();
+    path_ =
+        (std::filesystem::temp_directory_path() / ("kvrl_state_dict_" + std::to_string(::getpid()) + ".pt"))
+            .string();
   }
   void TearDown() override { std::filesystem::remove(path_); }
 
@@ -54,8 +55,9 @@ TEST_F(StateDictIoTest, RejectsMissingAndUnexpectedKeysAndLeavesTheModuleUnchang
     load_state_dict(module, generic);
     FAIL() << "expected InvalidArgumentError";
   } catch (const InvalidArgumentError& error) {
-    EXPECT_STREQ(error.what(),
-                 "state_dict does not match the module: missing keys [norm.bias], unexpected keys [norm.gamma]");
+    EXPECT_STREQ(
+        error.what(),
+        "state_dict does not match the module: missing keys [norm.bias], unexpected keys [norm.gamma]");
   }
   EXPECT_TRUE(torch::equal(module.named_parameters()["in_proj.weight"], before));
 }
@@ -68,8 +70,9 @@ TEST_F(StateDictIoTest, RejectsShapeMismatchNamingTheEntry) {
     load_state_dict(module, generic);
     FAIL() << "expected InvalidArgumentError";
   } catch (const InvalidArgumentError& error) {
-    EXPECT_NE(std::string(error.what()).find("'pos_emb.weight' has shape [6, 8] but the module expects [5, 8]"),
-              std::string::npos);
+    EXPECT_NE(
+        std::string(error.what()).find("'pos_emb.weight' has shape [6, 8] but the module expects [5, 8]"),
+        std::string::npos);
   }
 }
 
@@ -112,7 +115,8 @@ TEST_F(StateDictIoTest, MissingFileNamesThePath) {
 TEST(TorchPickle, RejectsGlobalsOutsideTheAllowList) {
   const std::string program = "\x80\x02"s + "cos\nsystem\n(X\x02\x00\x00\x00lst"s + "R.";
   try {
-    parse_torch_pickle(program, [](const std::string&) { return std::string(); }, "test");
+    parse_torch_pickle(
+        program, [](const std::string&) { return std::string(); }, "test");
     FAIL() << "expected MalformedInputError";
   } catch (const MalformedInputError& error) {
     EXPECT_NE(std::string(error.what()).find("global 'os system' is not allowed"), std::string::npos);
@@ -131,8 +135,11 @@ TEST(TorchPickle, RejectsTruncatedAndUnderflowingPrograms) {
 TEST(TorchPickle, RejectsTensorViewsPastTheirStorage) {
   // _rebuild_tensor_v2(storage of 2 floats, offset 1, size (2,), stride (1,), False, {})
   const std::string program = "\x80\x02"s + "ctorch._utils\n_rebuild_tensor_v2\n(" +
-                              "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "0"s +
-                              "X\x03\x00\x00\x00" "cpuK\x02tQ"s + "K\x01K\x02\x85K\x01\x85\x89}tR.";
+                              "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"
+                              "0"s +
+                              "X\x03\x00\x00\x00"
+                              "cpuK\x02tQ"s +
+                              "K\x01K\x02\x85K\x01\x85\x89}tR.";
   auto storage = [](const std::string&) { return std::string(8, '\0'); };
   try {
     parse_torch_pickle(program, storage, "t");

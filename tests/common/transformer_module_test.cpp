@@ -1,11 +1,11 @@
-#include "common/transformer_module.h"
+#include "common/model/transformer_module.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "common/autocast_scope.h"
-#include "common/causal_transformer.h"
-#include "common/errors.h"
+#include "common/model/autocast_scope.h"
+#include "common/model/causal_transformer.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -284,7 +284,8 @@ TEST_F(TransformerModuleTest, PrefillRejectsBadLengthsNamingThem) {
   } catch (const InvalidArgumentError& error) {
     EXPECT_NE(std::string(error.what()).find("[0, T=4]"), std::string::npos) << error.what();
   }
-  EXPECT_THROW(module.prefill(torch::randn({2, 13, 3}), torch::tensor({1, 2}, torch::kLong)), SequenceTooLongError);
+  EXPECT_THROW(module.prefill(torch::randn({2, 13, 3}), torch::tensor({1, 2}, torch::kLong)),
+               SequenceTooLongError);
 }
 
 TEST_F(TransformerModuleTest, ResetCacheAndBatchSizeChangeStartAfresh) {
@@ -380,7 +381,8 @@ class CountingBackbone : public Backbone {
     cache->inner = inner_->new_kv_cache(batch_size, device, dtype);
     return cache;
   }
-  std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache, const at::Tensor& mask) override {
+  std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
+                                          const at::Tensor& mask) override {
     resets_requested += mask.sum().item<int64_t>();
     auto* cache = dynamic_cast<CountingCache*>(kv_cache.get());
     cache->inner = inner_->reset_kv_cache(cache->inner, mask);

@@ -1,9 +1,10 @@
+#include "common/wire/weights_codec.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "common/errors.h"
-#include "common/parameter_vector.h"
-#include "common/weights_codec.h"
+#include "common/comm/parameter_vector.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 namespace {
@@ -29,7 +30,8 @@ TEST(WeightsCodec, RoundTripsParametersThroughAFlatVector) {
   assign_parameters(message.values, target);
   EXPECT_TRUE(torch::equal(target[0], parameters[0]));
   EXPECT_TRUE(torch::equal(target[1], parameters[1]));
-  EXPECT_THROW(assign_parameters(std::span<const float>(message.values).first(16), target), InvalidArgumentError);
+  EXPECT_THROW(assign_parameters(std::span<const float>(message.values).first(16), target),
+               InvalidArgumentError);
 }
 
 TEST(WeightsCodec, RejectsTruncatedFlippedWrongSizeAndNegativeVersion) {

@@ -1,7 +1,7 @@
 // Links kvrl's installed libraries from outside its tree: encodes and decodes an episode.
 #include <cstdio>
 
-#include "common/episode_codec.h"
+#include "common/wire/episode_codec.h"
 
 int main() {
   kvrl::Episode episode;

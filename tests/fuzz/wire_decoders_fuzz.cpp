@@ -10,10 +10,10 @@
 #include <span>
 #include <vector>
 
-#include "common/crc32.h"
-#include "common/episode_codec.h"
-#include "common/errors.h"
-#include "common/weights_codec.h"
+#include "common/support/errors.h"
+#include "common/wire/crc32.h"
+#include "common/wire/episode_codec.h"
+#include "common/wire/weights_codec.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "common/episode_codec.h"
-#include "common/weights_codec.h"
+#include "common/wire/episode_codec.h"
+#include "common/wire/weights_codec.h"
 #include "tests/common/sample_episode.h"
 
 namespace {

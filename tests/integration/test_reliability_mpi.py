@@ -180,8 +180,8 @@ def test_too_many_nan_updates_in_a_row_stop_the_run_naming_the_checkpoint(tmp_pa
     (["model.hidden_size=66"], "model.num_heads (4) must divide model.hidden_size (66)"),
     (["learners=3"], "learners (3) needs at least one more rank to act, but 3 rank(s) were started"),
     (["checkpoint.keep=0"], "config key 'checkpoint.keep' = '0': expected an integer in [1, 1000000]"),
-    (["--resume"], "--resume needs a run directory"),
-    (["--resum", "x"], "unknown option '--resum'"),
+    (["--resume"], "--resume: 1 required RUN_DIR missing"),
+    (["--resum", "x"], "unknown argument '--resum' (kvrl train takes --resume, [CONFIG.yaml] [key=value ...]"),
 ])
 def test_bad_input_is_refused_before_work_naming_it(tmp_path, args, message):
     result, _ = train(3, PPO, f"run.dir={tmp_path}", *args, timeout=60)

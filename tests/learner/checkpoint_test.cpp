@@ -1,13 +1,14 @@
+#include "learner/checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "common/errors.h"
-#include "common/logger.h"
-#include "common/torch_file.h"
-#include "learner/checkpoint.h"
+#include "common/io/torch_file.h"
+#include "common/support/errors.h"
+#include "common/support/logger.h"
 #include "learner/learner.h"
 #include "tests/device_under_test.h"
 #include "tests/learner/learner_fixtures.h"
@@ -28,7 +29,9 @@ std::unique_ptr<Learner> make_learner(uint64_t seed) {
                                    std::make_shared<LocalCommunicator>());
 }
 
-std::vector<Episode> batch() { return {episode_of_length(3), episode_of_length(5), episode_of_length(4, false)}; }
+std::vector<Episode> batch() {
+  return {episode_of_length(3), episode_of_length(5), episode_of_length(4, false)};
+}
 
 std::vector<at::Tensor> snapshot(Learner& learner) {
   std::vector<at::Tensor> copies;
@@ -47,8 +50,9 @@ bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kvrl_checkpoint_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ =
+        fs::temp_directory_path() /
+        ("kvrl_checkpoint_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     logger_ = std::make_unique<Logger>(0, "test", (dir_ / "test.log").string(), "info");
@@ -140,14 +144,17 @@ TEST_F(CheckpointTest, AFlippedByteIsCaughtNamingTheFileAndTheLearnerIsUnchanged
       read_checkpoint(path, *fresh);
       // Some bytes (zip headers' spare fields) change nothing that is read: then what
       // loaded is exactly what was saved. Put the fresh weights back for the next try.
-      EXPECT_TRUE(same(snapshot(*fresh), saved)) << "a flip at byte " << position << " loaded different weights";
+      EXPECT_TRUE(same(snapshot(*fresh), saved))
+          << "a flip at byte " << position << " loaded different weights";
       torch::NoGradGuard no_grad;
       auto parameters = fresh->model().parameters();
       for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(before[i]);
     } catch (const MalformedInputError& error) {
       ++caught;
-      EXPECT_NE(std::string(error.what()).find("checkpoint '" + path + "'"), std::string::npos) << error.what();
-      EXPECT_TRUE(same(snapshot(*fresh), before)) << "a failed load changed the learner (byte " << position << ")";
+      EXPECT_NE(std::string(error.what()).find("checkpoint '" + path + "'"), std::string::npos)
+          << error.what();
+      EXPECT_TRUE(same(snapshot(*fresh), before))
+          << "a failed load changed the learner (byte " << position << ")";
     }
   }
   EXPECT_GT(caught, 30);
@@ -187,7 +194,8 @@ TEST_F(CheckpointTest, RejectsAnotherModelAConfigCheckAndAnotherFormatVersion) {
   write_checkpoint(path, *trained, progress_at(1), "model.hidden_size: 8\n");
 
   LearnerOptions options;
-  Learner wider(std::make_shared<ActorCritic>(two_action_model(16, 16)), options, std::make_shared<LocalCommunicator>());
+  Learner wider(std::make_shared<ActorCritic>(two_action_model(16, 16)), options,
+                std::make_shared<LocalCommunicator>());
   try {
     read_checkpoint(path, wider);
     FAIL() << "a checkpoint of a narrower model loaded";
@@ -197,10 +205,12 @@ TEST_F(CheckpointTest, RejectsAnotherModelAConfigCheckAndAnotherFormatVersion) {
 
   auto same_shape = make_learner(2);
   try {
-    read_checkpoint(path, *same_shape, [](const std::string&) { throw InvalidArgumentError("env.name differs"); });
+    read_checkpoint(path, *same_shape,
+                    [](const std::string&) { throw InvalidArgumentError("env.name differs"); });
     FAIL() << "the config check was ignored";
   } catch (const MalformedInputError& error) {
-    EXPECT_NE(std::string(error.what()).find("incompatible: env.name differs"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("incompatible: env.name differs"), std::string::npos)
+        << error.what();
   }
 
   auto root = read_torch_file(path).toGenericDict();
@@ -210,7 +220,8 @@ TEST_F(CheckpointTest, RejectsAnotherModelAConfigCheckAndAnotherFormatVersion) {
     read_checkpoint(path, *same_shape);
     FAIL() << "format version 99 loaded";
   } catch (const MalformedInputError& error) {
-    EXPECT_NE(std::string(error.what()).find("format version 99 is not supported"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("format version 99 is not supported"), std::string::npos)
+        << error.what();
   }
 }
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/mpi_transport.h"
+#include "common/comm/mpi_communicator.h"
 #include "learner/gradient_reducer.h"
 #include "tests/mpi_once.h"
 

@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/mpi_transport.h"
+#include "common/comm/mpi_communicator.h"
+#include "common/support/errors.h"
 #include "tests/device_under_test.h"
 #include "tests/mpi_once.h"
 #ifdef KVRL_HAVE_NCCL
-#include "common/nccl_communicator.h"
+#include "common/comm/nccl_communicator.h"
 #endif
 
 namespace kvrl {
@@ -44,7 +44,8 @@ class ScriptedCommunicator : public Communicator {
  private:
   class Pending : public PendingReduction {
    public:
-    Pending(at::Tensor flat, double factor, int& waited) : flat_(std::move(flat)), factor_(factor), waited_(waited) {}
+    Pending(at::Tensor flat, double factor, int& waited)
+        : flat_(std::move(flat)), factor_(factor), waited_(waited) {}
     void wait() override {
       flat_.mul_((1 + factor_) / 2);
       ++waited_;
@@ -78,7 +79,8 @@ std::vector<at::Tensor> plain_gradients(SmallNet& net, const at::Tensor& x, bool
   net.zero();
   net.loss(x, use_third).backward();
   std::vector<at::Tensor> grads;
-  for (auto& p : net.parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  for (auto& p : net.parameters())
+    grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
   net.zero();
   return grads;
 }
@@ -187,7 +189,8 @@ TEST(GradientReducerOnGpu, BucketsGoOutOnTheNcclStreamDuringBackward_NCCL) {
   const std::vector<at::Tensor> expected = plain_gradients(net, x, true);
   std::shared_ptr<Communicator> communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
 #ifdef KVRL_HAVE_NCCL
-  if (device.is_cuda()) communicator = std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, device, NcclOptions{});
+  if (device.is_cuda())
+    communicator = std::make_shared<NcclCommunicator>(MPI_COMM_WORLD, device, NcclOptions{});
 #endif
   GradientReducer reducer(net.parameters(), communicator, /*bucket_bytes=*/1);
   reducer.prepare();

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "common/actor_critic.h"
-#include "common/episode.h"
+#include "common/model/actor_critic.h"
+#include "common/wire/episode.h"
 
 namespace kvrl::fixtures {
 

@@ -1,8 +1,9 @@
+#include "learner/learner.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "common/errors.h"
-#include "learner/learner.h"
+#include "common/support/errors.h"
 #include "learner/returns.h"
 #include "learner/window_batch.h"
 #include "tests/learner/learner_fixtures.h"
@@ -14,7 +15,8 @@ using fixtures::episode_of_length;
 using fixtures::two_action_model;
 
 TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
-  const WindowBatch batch = pack_windows({episode_of_length(3), episode_of_length(9), episode_of_length(5)}, 16);
+  const WindowBatch batch =
+      pack_windows({episode_of_length(3), episode_of_length(9), episode_of_length(5)}, 16);
   EXPECT_EQ(batch.width(), 10);  // the longest episode plus its final token
   EXPECT_EQ(batch.rows(), 2);
   EXPECT_EQ(batch.row_tokens, (std::vector<int64_t>{10, 10}));  // 17 steps and 3 final tokens
@@ -35,7 +37,8 @@ TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
 
 TEST(WindowBatch, RowsAreCutToTheWidestSelectedRow) {
   // Rows of 10, 8 and 6 tokens (9-, 7- and 5-step episodes).
-  const WindowBatch batch = pack_windows({episode_of_length(9), episode_of_length(5), episode_of_length(7)}, 16);
+  const WindowBatch batch =
+      pack_windows({episode_of_length(9), episode_of_length(5), episode_of_length(7)}, 16);
   ASSERT_EQ(batch.row_tokens, (std::vector<int64_t>{10, 8, 6}));
   EXPECT_EQ(batch.row_steps, (std::vector<int64_t>{9, 7, 5}));
   const WindowRows rows(batch, torch::tensor({2, 1}, torch::kLong));
@@ -55,7 +58,8 @@ TEST(WindowBatch, AContextRestartInsideAnEpisodeStartsANewSegment) {
   Episode restarted = episode_of_length(6);
   restarted.is_init[4] = 1;  // the actor restarted its contexts here
   const WindowBatch batch = pack_windows({restarted}, 16);
-  const std::vector<bool> expected = {true, false, false, false, true, false, false};  // 6 steps + final token
+  const std::vector<bool> expected = {true, false, false, false,
+                                      true, false, false};  // 6 steps + final token
   for (int64_t t = 0; t < 7; ++t) EXPECT_EQ(batch.is_init[0][t].item<bool>(), expected[t]) << "token " << t;
 }
 
@@ -148,7 +152,8 @@ TEST(Learner, DecoupledPpoClipsAgainstTheLearnersPolicyNotTheStaleBehaviour) {
     options.epochs = 1;
     options.minibatches = 1;
     options.rho_bar = 1.0;
-    Learner learner(std::make_shared<ActorCritic>(model_options), options, std::make_shared<LocalCommunicator>());
+    Learner learner(std::make_shared<ActorCritic>(model_options), options,
+                    std::make_shared<LocalCommunicator>());
     std::vector<Episode> batch;
     for (int i = 0; i < 4; ++i) {
       Episode e = episode_of_length(5);
@@ -172,7 +177,8 @@ TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
   LearnerOptions options;
   options.algorithm = "a2c";
   try {
-    Learner learner(std::make_shared<ActorCritic>(model_options), options, std::make_shared<LocalCommunicator>());
+    Learner learner(std::make_shared<ActorCritic>(model_options), options,
+                    std::make_shared<LocalCommunicator>());
     FAIL();
   } catch (const InvalidArgumentError& error) {
     EXPECT_STREQ(error.what(), "learner.algorithm (a2c) must be ppo or vtrace");

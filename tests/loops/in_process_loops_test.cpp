@@ -16,9 +16,9 @@
 #include "actor/env_registry.h"
 #include "actor/policy_fit.h"
 #include "actor/vector_env.h"
-#include "common/errors.h"
-#include "common/in_process_transport.h"
-#include "common/logger.h"
+#include "common/comm/in_process_transport.h"
+#include "common/support/errors.h"
+#include "common/support/logger.h"
 #include "learner/learner.h"
 #include "learner/learner_loop.h"
 
@@ -155,7 +155,8 @@ void expect_every_episode_accounted_for(const RunOutcome& run) {
     const ActorStats& actor = run.actors[a];
     sent += actor.episodes_sent;
     EXPECT_EQ(run.learner.announced_by.at(rank), actor.episodes_sent) << "actor rank " << rank;
-    EXPECT_EQ(run.learner.received_from.count(rank) ? run.learner.received_from.at(rank) : 0, actor.episodes_sent)
+    EXPECT_EQ(run.learner.received_from.count(rank) ? run.learner.received_from.at(rank) : 0,
+              actor.episodes_sent)
         << "actor rank " << rank;
   }
   EXPECT_EQ(run.learner.episodes_received, sent);
@@ -167,7 +168,8 @@ TEST(InProcessLoops, OneLearnerAndTwoActorsTrainAndEveryEpisodeIsAccountedFor) {
   const RunOutcome run = run_in_process(plan);
   EXPECT_GE(run.learner.updates, plan.total_env_steps / plan.steps_per_update);
   EXPECT_GE(run.learner.env_steps, plan.total_env_steps);
-  EXPECT_NE(run.learner.parameter_checksum, run.initial_checksum) << "the updates left the parameters unchanged";
+  EXPECT_NE(run.learner.parameter_checksum, run.initial_checksum)
+      << "the updates left the parameters unchanged";
   EXPECT_EQ(run.learner.end, RunEnd::kFinished);
   for (const ActorStats& actor : run.actors) {
     EXPECT_GT(actor.episodes_sent, 0);
@@ -208,7 +210,8 @@ TEST(InProcessLoops, FlowControlBoundsTheLearnersQueueByTheCreditItGaveOut) {
   // Credit, not the learner's budget, bounds what an actor collects ahead of the learner:
   // what it used, plus its credit and one overdrawn episode, plus its open episodes.
   for (const ActorStats& actor : run.actors) {
-    EXPECT_LE(actor.env_steps, run.learner.env_steps + plan.credit_steps + time_limit + plan.envs_per_actor * time_limit);
+    EXPECT_LE(actor.env_steps,
+              run.learner.env_steps + plan.credit_steps + time_limit + plan.envs_per_actor * time_limit);
   }
   expect_every_episode_accounted_for(run);
 }
@@ -240,8 +243,10 @@ TEST(InProcessLoops, AMaxPolicyLagTheWeightSyncCannotMeetIsRefused) {
     run_in_process(plan);
     FAIL() << "max_policy_lag 1 with weight_sync_interval 3 was accepted";
   } catch (const InvalidArgumentError& error) {
-    EXPECT_NE(std::string(error.what()).find("learner.max_policy_lag (1)"), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("learner.weight_sync_interval - 1 (2)"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("learner.max_policy_lag (1)"), std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("learner.weight_sync_interval - 1 (2)"), std::string::npos)
+        << error.what();
   }
 }
 
@@ -278,7 +283,8 @@ TEST(InProcessTransport, KeepsOrderPerDestinationAndAFullInboxHoldsBackOnlyItsOw
     sender.flush();
     FAIL() << "flush() returned with rank 1's inbox full";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("rank 1's inbox stayed full"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("rank 1's inbox stayed full"), std::string::npos)
+        << error.what();
   }
   for (uint8_t expected = 0; expected < 4; ++expected) {
     const std::optional<Message> message = first.poll();

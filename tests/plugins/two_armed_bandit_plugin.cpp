@@ -5,7 +5,7 @@
 #include <string>
 
 #include "actor/env_plugin.h"
-#include "common/errors.h"
+#include "common/support/errors.h"
 
 namespace {
 
@@ -37,7 +37,8 @@ class TwoArmedBandit : public kvrl::Environment {
 kvrl::Environment* create_bandit(const kvrl::EnvOptions& options) {
   int best_arm = 0;
   for (const auto& [key, value] : options) {
-    if (key != "best_arm") throw kvrl::InvalidArgumentError("TwoArmedBandit has no option '" + key + "' (options: best_arm)");
+    if (key != "best_arm")
+      throw kvrl::InvalidArgumentError("TwoArmedBandit has no option '" + key + "' (options: best_arm)");
     if (value != 0 && value != 1) throw kvrl::InvalidArgumentError("TwoArmedBandit: best_arm must be 0 or 1");
     best_arm = static_cast<int>(value);
   }

@@ -1,0 +1,127 @@
+#include "common/model/actor_critic.h"
+
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/multinomial.h>
+#include <ATen/ops/normal.h>
+#include <ATen/ops/ones_like.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "common/model/autocast_scope.h"
+#include "common/support/errors.h"
+
+namespace kvrl {
+
+ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) {
+  if (options.num_outputs < 1 || (options.discrete && options.num_outputs < 2)) {
+    throw InvalidArgumentError(
+        "ActorCritic: num_outputs (" + std::to_string(options.num_outputs) +
+        ") must be >= 2 actions for a categorical head or >= 1 dimension for a Gaussian");
+  }
+  trunk_ = register_module("trunk", std::make_shared<TransformerModule>(options.transformer));
+  const int64_t hidden = *options.transformer.hidden_size;
+  policy_head_ = register_module("policy_head", torch::nn::Linear(hidden, options.num_outputs));
+  value_head_ = register_module("value_head", torch::nn::Linear(hidden, 1));
+  {
+    // Small initial policy outputs keep the first policy close to uniform (or to a
+    // zero-mean Gaussian), as common PPO implementations do.
+    torch::NoGradGuard no_grad;
+    policy_head_->weight.mul_(0.01);
+    policy_head_->bias.zero_();
+  }
+  if (!options.discrete) {
+    log_std_ = register_parameter("log_std", at::full({options.num_outputs}, options.initial_log_std));
+  }
+}
+
+void ActorCritic::set_autocast(std::optional<c10::ScalarType> dtype) {
+  if (dtype && *dtype != at::kBFloat16) {
+    throw InvalidArgumentError(std::string("ActorCritic autocast dtype ") + c10::toString(*dtype) +
+                               " is not supported: use bfloat16, or none for float32");
+  }
+  autocast_ = dtype;
+}
+
+namespace {
+
+// Autocast for the policy's forward passes when one is set (engaged only then).
+class OptionalAutocast {
+ public:
+  OptionalAutocast(std::optional<c10::ScalarType> dtype, c10::DeviceType device_type) {
+    if (dtype) scope_.emplace(device_type, *dtype);
+  }
+
+ private:
+  std::optional<AutocastScope> scope_;
+};
+
+}  // namespace
+
+at::Tensor ActorCritic::context_flags(const at::Tensor& is_init) const {
+  return options_.temporal_context ? is_init : at::ones_like(is_init);
+}
+
+PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is_init,
+                            at::Generator generator, bool greedy) {
+  torch::NoGradGuard no_grad;
+  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
+  const at::Tensor features = trunk_->step(observations, context_flags(is_init));
+  const at::Tensor policy = policy_head_->forward(features).to(at::kFloat);
+  PolicyStep step;
+  step.values = value_head_->forward(features).squeeze(-1).to(at::kFloat);
+  if (options_.discrete) {
+    const at::Tensor log_probs = at::log_softmax(policy, -1);
+    const at::Tensor index = greedy ? policy.argmax(-1, /*keepdim=*/true)
+                                    : at::multinomial(log_probs.exp(), 1, /*replacement=*/false, generator);
+    step.actions = index.to(at::kFloat);
+    step.log_probs = log_probs.gather(-1, index).squeeze(-1);
+  } else {
+    const at::Tensor noise = at::normal(0.0, 1.0, policy.sizes(), generator, policy.options());
+    step.actions = greedy ? policy : policy + log_std_.exp() * noise;
+    step.log_probs = log_prob_of(policy, step.actions);
+  }
+  return step;
+}
+
+void ActorCritic::mark_weight_update_keeping_context(const at::Tensor& observations,
+                                                     const at::Tensor& lengths) {
+  trunk_->mark_weight_update();
+  // Without temporal context every step restarts its stream: there is no context to keep.
+  if (!options_.temporal_context) return;
+  // The steps that follow run under the same autocast, so the rebuilt cache has their dtype.
+  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
+  trunk_->prefill(observations, lengths);
+}
+
+PolicyWindow ActorCritic::evaluate(const at::Tensor& observations, const at::Tensor& is_init) {
+  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
+  const at::Tensor features = trunk_->window(observations, context_flags(is_init));
+  return {policy_head_->forward(features).to(at::kFloat),
+          value_head_->forward(features).squeeze(-1).to(at::kFloat)};
+}
+
+at::Tensor ActorCritic::log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const {
+  if (options_.discrete) {
+    return at::log_softmax(policy, -1).gather(-1, actions.to(at::kLong)).squeeze(-1);
+  }
+  const at::Tensor z = (actions - policy) / log_std_.exp();
+  const double log_sqrt_2pi = 0.5 * std::log(2 * std::numbers::pi);
+  return (-0.5 * z * z - log_std_ - log_sqrt_2pi).sum(-1);
+}
+
+at::Tensor ActorCritic::log_prob(const PolicyWindow& window, const at::Tensor& actions) const {
+  return log_prob_of(window.policy, actions);
+}
+
+at::Tensor ActorCritic::entropy(const PolicyWindow& window) const {
+  if (options_.discrete) {
+    const at::Tensor log_probs = at::log_softmax(window.policy, -1);
+    return -(log_probs.exp() * log_probs).sum(-1);
+  }
+  const double constant = 0.5 + 0.5 * std::log(2 * std::numbers::pi);
+  return (log_std_ + constant).sum().expand(window.values.sizes());
+}
+
+}  // namespace kvrl

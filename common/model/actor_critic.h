@@ -1,0 +1,86 @@
+// The policy actors act with and learners train: a TransformerModule trunk with a policy
+// head (categorical logits for discrete actions, a Gaussian mean with a learned,
+// state-independent log-std for continuous ones) and a value head. Actors call act() on
+// the cached-step path; learners call evaluate() on packed windows.
+//
+// With temporal_context off every step is its own episode (is_init forced on), so the
+// same network sees only the current observation: the memoryless baseline.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <torch/nn/modules/linear.h>
+
+#include <memory>
+#include <optional>
+
+#include "common/model/transformer_module.h"
+
+namespace kvrl {
+
+struct ActorCriticOptions {
+  TransformerModuleOptions transformer;  // input_size = observation size
+  bool discrete = true;                  // categorical head, else Gaussian
+  int64_t num_outputs = 0;               // actions (discrete) or action dimensions (Gaussian)
+  bool temporal_context = true;          // false: each step sees only its own observation
+  double initial_log_std = -0.5;         // Gaussian only
+};
+
+struct PolicyStep {
+  at::Tensor actions;    // [B, action_size] float: the index for discrete actions
+  at::Tensor log_probs;  // [B]
+  at::Tensor values;     // [B]
+};
+
+struct PolicyWindow {
+  at::Tensor policy;  // [B, T, num_outputs]: logits, or the Gaussian mean
+  at::Tensor values;  // [B, T]
+};
+
+class ActorCritic : public torch::nn::Module {
+ public:
+  // Throws InvalidArgumentError on invalid options.
+  explicit ActorCritic(const ActorCriticOptions& options);
+  ActorCritic(const ActorCritic&) = delete;
+  ActorCritic& operator=(const ActorCritic&) = delete;
+
+  // One step for every stream, without gradients: samples from the policy with
+  // `generator` (or takes its mode when greedy). observations [B, O], is_init [B] bool.
+  PolicyStep act(const at::Tensor& observations, const at::Tensor& is_init, at::Generator generator,
+                 bool greedy = false);
+  // Window path, with gradients. observations [B, T, O], is_init [B, T].
+  PolicyWindow evaluate(const at::Tensor& observations, const at::Tensor& is_init);
+
+  // log pi(actions) [B, T] and entropy [B, T] of the distributions in `window`;
+  // actions [B, T, action_size].
+  at::Tensor log_prob(const PolicyWindow& window, const at::Tensor& actions) const;
+  at::Tensor entropy(const PolicyWindow& window) const;
+
+  // After new weights: restarts every stream's cache (TransformerModule::mark_weight_update).
+  void mark_weight_update() { trunk_->mark_weight_update(); }
+  // After new weights: discards the cache, then rebuilds it from each stream's steps so far
+  // in its episode (observations [B, T, O], lengths [B]), so streams keep their context.
+  void mark_weight_update_keeping_context(const at::Tensor& observations, const at::Tensor& lengths);
+  // Runs act(), evaluate() and the context rebuild under autocast to `dtype` on the
+  // parameters' device, with the heads' outputs back in float32 for sampling and the
+  // losses; nullopt: float32 throughout. As in the reference, the cached path's
+  // key/value cache then takes the autocast dtype. Only bfloat16 is accepted (float16
+  // would need loss scaling in training); throws InvalidArgumentError otherwise.
+  void set_autocast(std::optional<c10::ScalarType> dtype);
+  std::optional<c10::ScalarType> autocast() const { return autocast_; }
+  TransformerModule& trunk() { return *trunk_; }
+  const ActorCriticOptions& options() const { return options_; }
+  int64_t action_size() const { return options_.discrete ? 1 : options_.num_outputs; }
+
+ private:
+  at::Tensor context_flags(const at::Tensor& is_init) const;
+  at::Tensor log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const;
+
+  ActorCriticOptions options_;
+  std::shared_ptr<TransformerModule> trunk_;
+  torch::nn::Linear policy_head_{nullptr};
+  torch::nn::Linear value_head_{nullptr};
+  at::Tensor log_std_;  // [num_outputs], Gaussian only
+  std::optional<c10::ScalarType> autocast_;
+};
+
+}  // namespace kvrl

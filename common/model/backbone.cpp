@@ -1,0 +1,27 @@
+#include "common/model/backbone.h"
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "common/support/errors.h"
+
+namespace kvrl {
+
+void Backbone::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
+  torch::NoGradGuard no_grad;
+  const int64_t batch = features.size(0);
+  // forward() takes the cache by shared_ptr; this one is owned by the caller.
+  std::shared_ptr<KvCache> cache(std::shared_ptr<KvCache>(), &kv_cache);
+  cache = reset_kv_cache(cache, at::ones({batch}, features.options().dtype(at::kBool)));
+  for (int64_t t = 0; t < features.size(1); ++t) {
+    const at::Tensor positions = at::full({batch, 1}, t, features.options().dtype(at::kLong));
+    forward(features.narrow(1, t, 1), positions, std::nullopt, cache);
+  }
+}
+
+at::Tensor Backbone::static_step(const at::Tensor&, const at::Tensor&, KvCache&) {
+  throw InvalidArgumentError("this backbone has no static-shape cached step (has_static_step() is false)");
+}
+
+}  // namespace kvrl

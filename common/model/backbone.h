@@ -1,0 +1,69 @@
+// The backbone contract consumed by TransformerModule, as in the reference's
+// CausalTransformer docstring: a forward over a window or one cached step, a cache
+// factory and a masked reset, plus the four shape attributes. The cache is opaque to
+// the module: a backbone decides its layout, dtype and device, so one whose cache lives
+// in an inference engine plugs in as well as CausalTransformer does.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <optional>
+
+namespace kvrl {
+
+// Inference state of a backbone's cached-step path. Only the backbone that made it
+// knows what is inside; the module only holds and passes it back.
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+};
+
+struct BackboneOutput {
+  at::Tensor out;                     // [B, T, hidden_size]
+  std::shared_ptr<KvCache> kv_cache;  // the updated cache on the cached-step path, else null
+};
+
+class Backbone : public torch::nn::Module {
+ public:
+  // features [B, T, input_size], positions [B, T] (kLong). Without a cache: the window
+  // path, under `mask` [B, T, T] (true = attend; default plain causal). With a cache:
+  // the cached-step path, T must be 1, the mask is ignored and the cache is updated in
+  // place at `positions`. Throws InvalidArgumentError / SequenceTooLongError on bad input.
+  virtual BackboneOutput forward(const at::Tensor& features, const at::Tensor& positions,
+                                 const std::optional<at::Tensor>& mask,
+                                 std::shared_ptr<KvCache> kv_cache) = 0;
+
+  // An empty cache for `batch_size` streams. device defaults to the parameters' device;
+  // dtype is the autocast dtype (or nullopt for the weights' dtype) and may be ignored.
+  virtual std::shared_ptr<KvCache> new_kv_cache(int64_t batch_size, std::optional<c10::Device> device,
+                                                std::optional<c10::ScalarType> dtype) = 0;
+
+  // Clears, in place, the streams selected by `mask` (bool [batch_size]) and returns the cache.
+  virtual std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
+                                                  const at::Tensor& mask) = 0;
+
+  // Rebuilds, in place, every stream's cache from the first T steps of its current
+  // episode: features [B, T, input_size] hold them at positions 0..T-1 (a stream with
+  // fewer steps is padded at the end; slots past its own length are written but never
+  // read, since the next step overwrites them before attending). Used after new weights
+  // so streams keep their context instead of restarting. The default replays the steps
+  // through the cached-step path; a backbone may compute it as one window.
+  virtual void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache);
+
+  // The cached step with shapes fixed by the batch size and no host synchronisation, so
+  // that TransformerModule can capture it in a CUDA graph: it attends over every cache
+  // slot under the mask slot <= position and checks no positions, so the caller must keep
+  // them below max_seq_len. features [B, 1, input_size], positions [B] (kLong). Updates the
+  // cache in place and returns [B, 1, hidden_size]. Only where has_static_step(); the
+  // default throws.
+  virtual bool has_static_step() const { return false; }
+  virtual at::Tensor static_step(const at::Tensor& features, const at::Tensor& positions, KvCache& kv_cache);
+
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t num_heads() const = 0;
+  virtual int64_t head_dim() const = 0;
+  virtual int64_t max_seq_len() const = 0;
+};
+
+}  // namespace kvrl

@@ -1,0 +1,337 @@
+#include "common/model/causal_transformer.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/dropout.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/support/errors.h"
+
+namespace kvrl {
+namespace {
+
+void require_positive(const char* name, int64_t value) {
+  if (value <= 0) {
+    throw InvalidArgumentError(std::string(name) + " (" + std::to_string(value) +
+                               ") must be a positive integer.");
+  }
+}
+
+// Query rows per attention chunk of a masked window: small enough that a 512-token
+// causal window skips most of its upper triangle, large enough that the per-call
+// overhead stays small next to the kernel. From a one-off timing of SDPA forward+backward
+// on this repository's CPU machine ([2, 4 heads, 501, 16], bool block mask): 13.9 ms
+// whole, 10.3 ms in chunks of 64 or 128, 11.7 ms in chunks of 256.
+constexpr int64_t kAttentionQueryChunk = 64;
+
+}  // namespace
+
+std::vector<AttentionChunk> attention_chunks(const at::Tensor& mask, int64_t query_chunk) {
+  if (mask.dim() != 3 || mask.size(-1) != mask.size(-2) || mask.scalar_type() != at::kBool) {
+    throw InvalidArgumentError("attention_chunks expects a bool mask [B, T, T], got " +
+                               c10::str(mask.scalar_type(), mask.sizes()) + ".");
+  }
+  require_positive("query_chunk", query_chunk);
+  const int64_t t = mask.size(-1);
+  const int64_t count = (t + query_chunk - 1) / query_chunk;
+  // [chunks, T]: whether any query of the chunk, in any row, may attend to each key.
+  const at::Tensor needed = at::constant_pad_nd(mask.any(/*dim=*/0), {0, 0, 0, count * query_chunk - t}, 0)
+                                .view({count, query_chunk, t})
+                                .any(/*dim=*/1)
+                                .to(at::kCPU);
+  const auto keys = needed.accessor<bool, 2>();
+  std::vector<AttentionChunk> chunks;
+  chunks.reserve(static_cast<size_t>(count));
+  for (int64_t chunk = 0; chunk < count; ++chunk) {
+    int64_t first = 0;
+    while (first < t && !keys[chunk][first]) ++first;
+    int64_t last = t - 1;
+    while (last > first && !keys[chunk][last]) --last;
+    const int64_t begin = chunk * query_chunk;
+    const int64_t rows = std::min(query_chunk, t - begin);
+    // A chunk with no allowed key keeps every key, so its fully masked rows come out of
+    // the kernel exactly as they would unchunked.
+    chunks.push_back(first == t ? AttentionChunk{begin, rows, 0, t}
+                                : AttentionChunk{begin, rows, first, last - first + 1});
+  }
+  return chunks;
+}
+
+void CausalTransformerOptions::validate() const {
+  require_positive("input_size", input_size);
+  require_positive("hidden_size", hidden_size);
+  require_positive("num_layers", num_layers);
+  require_positive("num_heads", num_heads);
+  require_positive("max_seq_len", max_seq_len);
+  if (hidden_size % num_heads != 0) {
+    throw InvalidArgumentError("hidden_size (" + std::to_string(hidden_size) +
+                               ") must be divisible by num_heads (" + std::to_string(num_heads) + ").");
+  }
+  if (dim_feedforward) require_positive("dim_feedforward", *dim_feedforward);
+  if (!(dropout >= 0.0 && dropout < 1.0)) {
+    throw InvalidArgumentError("dropout (" + std::to_string(dropout) + ") must be in [0, 1).");
+  }
+}
+
+TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward,
+                                           double dropout)
+    : num_heads_(num_heads), head_dim_(hidden_size / num_heads) {
+  norm1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden_size})));
+  qkv_ = register_module(
+      "qkv", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, 3 * hidden_size).bias(false)));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(hidden_size, hidden_size));
+  norm2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden_size})));
+  mlp_ = register_module(
+      "mlp",
+      torch::nn::Sequential(torch::nn::Linear(hidden_size, dim_feedforward), torch::nn::GELU(),
+                            torch::nn::Linear(dim_feedforward, hidden_size), torch::nn::Dropout(dropout)));
+}
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
+                                         const std::vector<AttentionChunk>& chunks, at::Tensor* layer_keys,
+                                         at::Tensor* layer_values) {
+  const int64_t batch = h.size(0);
+  const int64_t t = h.size(1);
+  auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
+  auto heads = [&](const at::Tensor& x) { return x.view({batch, t, num_heads_, head_dim_}).transpose(1, 2); };
+  const at::Tensor queries = heads(qkv[0]);
+  const at::Tensor keys = heads(qkv[1]);
+  const at::Tensor values = heads(qkv[2]);
+  if (layer_keys != nullptr && layer_values != nullptr) {
+    layer_keys->narrow(/*dim=*/2, 0, t).copy_(keys.detach());
+    layer_values->narrow(/*dim=*/2, 0, t).copy_(values.detach());
+  }
+  // An undefined mask means plain causal attention, which lets SDPA pick its fused
+  // causal kernel instead of materialising a [B, heads, T, T] mask.
+  if (!attn_mask.defined()) {
+    return attend(h, at::scaled_dot_product_attention(queries, keys, values, /*attn_mask=*/std::nullopt,
+                                                      /*dropout_p=*/0.0, /*is_causal=*/true));
+  }
+  if (chunks.size() <= 1)
+    return attend(h, at::scaled_dot_product_attention(queries, keys, values, attn_mask));
+  std::vector<at::Tensor> parts;
+  parts.reserve(chunks.size());
+  for (const AttentionChunk& chunk : chunks) {
+    auto keys_of = [&](const at::Tensor& x) { return x.narrow(/*dim=*/2, chunk.key_begin, chunk.key_count); };
+    parts.push_back(at::scaled_dot_product_attention(
+        queries.narrow(/*dim=*/2, chunk.query_begin, chunk.query_count), keys_of(keys), keys_of(values),
+        attn_mask.narrow(/*dim=*/-2, chunk.query_begin, chunk.query_count)
+            .narrow(/*dim=*/-1, chunk.key_begin, chunk.key_count)));
+  }
+  return attend(h, at::cat(parts, /*dim=*/2));
+}
+
+at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
+                                                at::Tensor& layer_keys, at::Tensor& layer_values,
+                                                const at::Tensor& batch_index, const at::Tensor& positions,
+                                                int64_t context) {
+  const int64_t batch = h.size(0);
+  auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
+  // One step per stream: [B, 1, hidden] -> [B, heads, head_dim] for the cache write.
+  auto step_heads = [&](const at::Tensor& x) { return x.view({batch, num_heads_, head_dim_}); };
+  const at::Tensor q = qkv[0].view({batch, 1, num_heads_, head_dim_}).transpose(1, 2);
+  using at::indexing::Slice;
+  layer_keys.index_put_({batch_index, Slice(), positions},
+                        step_heads(qkv[1]).detach().to(layer_keys.scalar_type()));
+  layer_values.index_put_({batch_index, Slice(), positions},
+                          step_heads(qkv[2]).detach().to(layer_values.scalar_type()));
+  // Slots past `context` are masked out for every stream, so leaving them out of the
+  // attention changes no output and makes the step cost follow the context in use.
+  const at::Tensor keys = layer_keys.narrow(/*dim=*/2, 0, context).to(q.scalar_type());
+  const at::Tensor values = layer_values.narrow(/*dim=*/2, 0, context).to(q.scalar_type());
+  return attend(h, at::scaled_dot_product_attention(q, keys, values, attn_mask));
+}
+
+at::Tensor TransformerBlockImpl::attend(const at::Tensor& h, const at::Tensor& attention) {
+  at::Tensor out = h + out_proj_->forward(attention.transpose(1, 2).flatten(-2));
+  return out + mlp_->forward(norm2_->forward(out));
+}
+
+CausalTransformer::CausalTransformer(const CausalTransformerOptions& options,
+                                     std::optional<c10::Device> device)
+    : options_(options) {
+  options_.validate();
+  in_proj_ = register_module("in_proj", torch::nn::Linear(options_.input_size, options_.hidden_size));
+  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(options_.max_seq_len, options_.hidden_size));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options_.num_layers; ++i) {
+    TransformerBlock block(options_.hidden_size, options_.num_heads, options_.feedforward_size(),
+                           options_.dropout);
+    blocks_->push_back(block);
+    block_list_.push_back(block);
+  }
+  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options_.hidden_size})));
+  if (device) to(*device);
+}
+
+int64_t CausalTransformer::check_positions(const at::Tensor& positions) const {
+  // One host sync per call, as in the reference; the cached step reuses the value to
+  // size its attention.
+  const int64_t max_position = positions.max().item<int64_t>();
+  if (max_position >= options_.max_seq_len) {
+    throw sequence_too_long(options_.max_seq_len);
+  }
+  return max_position;
+}
+
+BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::Tensor& positions,
+                                          const std::optional<at::Tensor>& mask,
+                                          std::shared_ptr<KvCache> kv_cache) {
+  if (features.dim() != 3 || features.size(-1) != options_.input_size) {
+    throw InvalidArgumentError(
+        "features must have shape [B, T, input_size=" + std::to_string(options_.input_size) + "], got " +
+        c10::str(features.sizes()) + ".");
+  }
+  if (positions.sizes() != features.sizes().slice(0, 2)) {
+    throw InvalidArgumentError(
+        "positions must have shape [B, T] = " + c10::str(features.sizes().slice(0, 2)) + ", got " +
+        c10::str(positions.sizes()) + ".");
+  }
+  const int64_t max_position = check_positions(positions);
+  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
+  if (!kv_cache) {
+    const int64_t t = features.size(1);
+    at::Tensor window_mask =
+        mask ? *mask
+             : at::ones({t, t}, features.options().dtype(at::kBool)).tril().expand({features.size(0), t, t});
+    const at::Tensor attn_mask = window_mask.unsqueeze(-3);
+    // Computed once for all layers: they share the mask.
+    const std::vector<AttentionChunk> chunks =
+        window_mask.scalar_type() == at::kBool && window_mask.dim() == 3 && t > kAttentionQueryChunk
+            ? attention_chunks(window_mask, kAttentionQueryChunk)
+            : std::vector<AttentionChunk>{};
+    for (auto& block : block_list_) h = block->forward(h, attn_mask, chunks);
+    return {norm_->forward(h), nullptr};
+  }
+  if (features.size(1) != 1) {
+    throw InvalidArgumentError(
+        "The cached-step path expects a single step (T==1), got T=" + std::to_string(features.size(1)) +
+        ". Pass kv_cache=None to process a window.");
+  }
+  CausalTransformerKvCache& cache = cache_of(kv_cache.get(), features.size(0));
+  BackboneOutput out = forward_cached_step(std::move(h), positions.squeeze(-1), max_position, cache);
+  out.kv_cache = std::move(kv_cache);
+  return out;
+}
+
+CausalTransformerKvCache& CausalTransformer::cache_of(KvCache* kv_cache, int64_t batch_size) const {
+  auto* cache = dynamic_cast<CausalTransformerKvCache*>(kv_cache);
+  if (cache == nullptr) {
+    throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
+  }
+  if (cache->keys.size(0) != batch_size) {
+    throw InvalidArgumentError("kv_cache holds " + std::to_string(cache->keys.size(0)) +
+                               " streams but the batch has " + std::to_string(batch_size) + ".");
+  }
+  return *cache;
+}
+
+void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
+  if (features.dim() != 3 || features.size(-1) != options_.input_size) {
+    throw InvalidArgumentError(
+        "prefill features must have shape [B, T, input_size=" + std::to_string(options_.input_size) +
+        "], got " + c10::str(features.sizes()) + ".");
+  }
+  CausalTransformerKvCache& cache = cache_of(&kv_cache, features.size(0));
+  const int64_t t = features.size(1);
+  if (t == 0) return;
+  const at::Tensor positions =
+      at::arange(t, features.options().dtype(at::kLong)).expand({features.size(0), t});
+  check_positions(positions);
+  torch::NoGradGuard no_grad;
+  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
+  // Every row starts its episode at slot 0, so the mask is plain causal (undefined here).
+  const at::Tensor attn_mask;
+  // Under autocast the cache keeps its own dtype: the copy casts on write, as the step does.
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    at::Tensor layer_keys = cache.keys.select(1, layer);
+    at::Tensor layer_values = cache.values.select(1, layer);
+    h = block_list_[layer]->forward(h, attn_mask, /*chunks=*/{}, &layer_keys, &layer_values);
+  }
+  cache.high_water = std::max(cache.high_water, t);
+}
+
+at::Tensor CausalTransformer::static_step(const at::Tensor& features, const at::Tensor& positions,
+                                          KvCache& kv_cache) {
+  CausalTransformerKvCache& cache = cache_of(&kv_cache, features.size(0));
+  torch::NoGradGuard no_grad;
+  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions.unsqueeze(-1));
+  // The whole cache length, whatever the positions: shapes must not depend on values.
+  return forward_cached_step(std::move(h), positions, options_.max_seq_len - 1, cache).out;
+}
+
+BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Tensor& positions,
+                                                      int64_t max_position, CausalTransformerKvCache& cache) {
+  const int64_t context = max_position + 1;
+  cache.high_water = std::max(cache.high_water, context);
+  const at::Tensor valid = at::arange(context, positions.options()) <= positions.view({-1, 1});
+  const at::Tensor attn_mask = valid.view({-1, 1, 1, context});
+  const at::Tensor batch_index = at::arange(h.size(0), positions.options());
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    at::Tensor layer_keys = cache.keys.select(1, layer);
+    at::Tensor layer_values = cache.values.select(1, layer);
+    h = block_list_[layer]->forward_cached(h, attn_mask, layer_keys, layer_values, batch_index, positions,
+                                           context);
+  }
+  return {norm_->forward(h), nullptr};
+}
+
+std::shared_ptr<KvCache> CausalTransformer::new_kv_cache(int64_t batch_size,
+                                                         std::optional<c10::Device> device,
+                                                         std::optional<c10::ScalarType> dtype) {
+  require_positive("batch_size", batch_size);
+  const at::Tensor& weight = block_list_.front()->named_parameters()["qkv.weight"];
+  auto tensor_options = weight.options()
+                            .device(device.value_or(weight.device()))
+                            .dtype(dtype.value_or(weight.scalar_type()))
+                            .requires_grad(false);
+  auto cache = std::make_shared<CausalTransformerKvCache>();
+  const std::vector<int64_t> shape{batch_size, num_layers(), num_heads(), max_seq_len(), head_dim()};
+  cache->keys = at::zeros(shape, tensor_options);
+  cache->values = at::zeros(shape, tensor_options);
+  return cache;
+}
+
+std::shared_ptr<KvCache> CausalTransformer::reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
+                                                           const at::Tensor& mask) {
+  auto* cache = dynamic_cast<CausalTransformerKvCache*>(kv_cache.get());
+  if (cache == nullptr) {
+    throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
+  }
+  if (mask.scalar_type() != at::kBool || mask.numel() != cache->keys.size(0)) {
+    throw InvalidArgumentError("reset mask must be a bool tensor of " + std::to_string(cache->keys.size(0)) +
+                               " elements, got " + c10::str(mask.scalar_type(), mask.sizes()) + ".");
+  }
+  if (cache->high_water == 0) return kv_cache;  // nothing written yet: already zero
+  const at::Tensor rows = mask.reshape(-1).nonzero().squeeze(-1);
+  if (rows.numel() > 0) {
+    // Slots at or past high_water were never written, so zeroing the prefix clears the row.
+    cache->keys.narrow(/*dim=*/3, 0, cache->high_water).index_fill_(0, rows, 0);
+    cache->values.narrow(/*dim=*/3, 0, cache->high_water).index_fill_(0, rows, 0);
+  }
+  return kv_cache;
+}
+
+std::shared_ptr<torch::nn::Module> CausalTransformer::clone(
+    const std::optional<torch::Device>& device) const {
+  const at::Tensor& weight = block_list_.front()->named_parameters()["qkv.weight"];
+  auto copy = std::make_shared<CausalTransformer>(options_);
+  copy->to(device.value_or(weight.device()), weight.scalar_type());
+  copy->train(is_training());
+  torch::NoGradGuard no_grad;
+  auto source = named_parameters();
+  for (auto& item : copy->named_parameters()) item.value().copy_(source[item.key()]);
+  auto source_buffers = named_buffers();
+  for (auto& item : copy->named_buffers()) item.value().copy_(source_buffers[item.key()]);
+  return copy;
+}
+
+}  // namespace kvrl

@@ -1,0 +1,135 @@
+// CausalTransformer: the reference backbone (a pre-norm causal transformer with learned
+// positions), ported with the reference's parameter names so state dicts move between
+// Python and C++ by name. The window path trains on [B, T] windows; the cached-step
+// path runs one step per call against a [B, num_layers, num_heads, max_seq_len, head_dim]
+// key/value cache and attends only over the context in use, not all max_seq_len slots.
+#pragma once
+
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <optional>
+#include <vector>
+
+#include "common/model/backbone.h"
+
+namespace kvrl {
+
+struct CausalTransformerOptions {
+  int64_t input_size = 0;                  // number of input features
+  int64_t hidden_size = 0;                 // residual stream width; divisible by num_heads
+  int64_t num_layers = 1;                  // number of transformer blocks
+  int64_t num_heads = 0;                   // attention heads
+  int64_t max_seq_len = 0;                 // longest episode: positional table and cache size
+  std::optional<int64_t> dim_feedforward;  // per-block MLP width; default 4 * hidden_size
+  double dropout = 0.0;                    // dropout probability in the block MLPs
+
+  // Throws InvalidArgumentError naming the first bad field.
+  void validate() const;
+  int64_t feedforward_size() const { return dim_feedforward.value_or(4 * hidden_size); }
+};
+
+// The reference cache: keys and values of every layer, zero where nothing was written.
+// `high_water` is one past the highest slot written since the cache was made, so resets
+// and reads touch only the slots in use.
+struct CausalTransformerKvCache : KvCache {
+  at::Tensor keys;    // [B, num_layers, num_heads, max_seq_len, head_dim]
+  at::Tensor values;  // same shape and dtype as keys
+  int64_t high_water = 0;
+};
+
+// A run of queries of a window and the keys that any of them may attend to under the
+// window mask. Attending a query chunk over its key range only is exact (the keys left
+// out are masked for every query in it) and skips the causal upper triangle, the
+// other episodes of a packed row and the padding, which a full [T, T] attention computes.
+struct AttentionChunk {
+  int64_t query_begin = 0;
+  int64_t query_count = 0;
+  int64_t key_begin = 0;
+  int64_t key_count = 0;
+};
+
+// The chunks of `query_chunk` queries of a bool window mask [B, T, T] (true = attend),
+// each with the smallest key range holding every true entry of its rows (all keys for a
+// chunk without any). One host copy of a [chunks, T] reduction.
+std::vector<AttentionChunk> attention_chunks(const at::Tensor& mask, int64_t query_chunk);
+
+class TransformerBlockImpl : public torch::nn::Module {
+ public:
+  TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward, double dropout);
+
+  // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T], or
+  // undefined for plain causal attention. A masked window attends chunk by chunk when
+  // `chunks` (from attention_chunks) is not empty. With
+  // layer_keys/layer_values ([B, heads, max_seq_len, head_dim]) it also writes the
+  // window's keys and values into their first T slots (cache prefill).
+  at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask,
+                     const std::vector<AttentionChunk>& chunks = {}, at::Tensor* layer_keys = nullptr,
+                     at::Tensor* layer_values = nullptr);
+
+  // Cached-step path: writes this step's keys and values into layer_keys/layer_values
+  // ([B, heads, max_seq_len, head_dim]) at (batch_index, positions), then attends over
+  // the first `context` slots under attn_mask [B, 1, 1, context].
+  at::Tensor forward_cached(const at::Tensor& h, const at::Tensor& attn_mask, at::Tensor& layer_keys,
+                            at::Tensor& layer_values, const at::Tensor& batch_index,
+                            const at::Tensor& positions, int64_t context);
+
+ private:
+  at::Tensor attend(const at::Tensor& h, const at::Tensor& attention);
+
+  int64_t num_heads_;
+  int64_t head_dim_;
+  torch::nn::LayerNorm norm1_{nullptr};
+  torch::nn::Linear qkv_{nullptr};
+  torch::nn::Linear out_proj_{nullptr};
+  torch::nn::LayerNorm norm2_{nullptr};
+  torch::nn::Sequential mlp_{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+class CausalTransformer : public Backbone {
+ public:
+  // Throws InvalidArgumentError when the options are invalid.
+  explicit CausalTransformer(const CausalTransformerOptions& options,
+                             std::optional<c10::Device> device = std::nullopt);
+
+  using Backbone::forward;
+  BackboneOutput forward(const at::Tensor& features, const at::Tensor& positions,
+                         const std::optional<at::Tensor>& mask, std::shared_ptr<KvCache> kv_cache) override;
+  std::shared_ptr<KvCache> new_kv_cache(int64_t batch_size, std::optional<c10::Device> device,
+                                        std::optional<c10::ScalarType> dtype) override;
+  std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache, const at::Tensor& mask) override;
+  // One causal window over the steps instead of a replay, step by step.
+  void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) override;
+  bool has_static_step() const override { return true; }
+  at::Tensor static_step(const at::Tensor& features, const at::Tensor& positions, KvCache& kv_cache) override;
+
+  int64_t num_layers() const override { return options_.num_layers; }
+  int64_t num_heads() const override { return options_.num_heads; }
+  int64_t head_dim() const override { return options_.hidden_size / options_.num_heads; }
+  int64_t max_seq_len() const override { return options_.max_seq_len; }
+  const CausalTransformerOptions& options() const { return options_; }
+
+  // A deep copy with the same options, dtype and parameter values.
+  std::shared_ptr<torch::nn::Module> clone(
+      const std::optional<torch::Device>& device = std::nullopt) const override;
+
+ private:
+  // Returns the largest position; throws SequenceTooLongError at or beyond max_seq_len.
+  int64_t check_positions(const at::Tensor& positions) const;
+  CausalTransformerKvCache& cache_of(KvCache* kv_cache, int64_t batch_size) const;
+  BackboneOutput forward_cached_step(at::Tensor h, const at::Tensor& positions, int64_t max_position,
+                                     CausalTransformerKvCache& cache);
+
+  CausalTransformerOptions options_;
+  torch::nn::Linear in_proj_{nullptr};
+  torch::nn::Embedding pos_emb_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};
+  std::vector<TransformerBlock> block_list_;
+  torch::nn::LayerNorm norm_{nullptr};
+};
+
+}  // namespace kvrl

@@ -1,0 +1,41 @@
+// The episode wire format between actors and learners (docs/wire_format.md): a versioned
+// header, a table giving each field's dtype and shape, the field bytes, and a CRC-32 over
+// everything before it. The decoder checks every size, dtype and shape against the
+// configured spec, and the content (flags, finiteness), so a bad message becomes a
+// MalformedMessageError with a reason to count, never a crash or a stall.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/wire/episode.h"
+
+namespace kvrl {
+
+struct EpisodeSpec {
+  int64_t observation_size = 0;
+  int64_t action_size = 0;
+  int64_t max_length = 0;  // the longest episode accepted (the time limit)
+};
+
+class EpisodeCodec {
+ public:
+  static constexpr uint32_t kMagic = 0x5045564b;  // "KVEP" in little-endian bytes
+  static constexpr uint16_t kVersion = 1;
+
+  // Throws InvalidArgumentError when a spec size is not positive.
+  explicit EpisodeCodec(EpisodeSpec spec);
+
+  // Throws InvalidArgumentError when the episode does not fit the spec (a bug in the caller).
+  std::vector<uint8_t> encode(const Episode& episode) const;
+  // Throws MalformedMessageError naming what is wrong; never reads past `message`.
+  Episode decode(std::span<const uint8_t> message) const;
+
+  const EpisodeSpec& spec() const { return spec_; }
+
+ private:
+  EpisodeSpec spec_;
+};
+
+}  // namespace kvrl

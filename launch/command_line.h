@@ -1,0 +1,32 @@
+// What the command line asks for, as parsed by CLI11 in launch/main.cpp; each command
+// checks its own values (ranges, files) and says what is wrong with them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvrl {
+
+// `kvrl train [CONFIG.yaml] [--resume RUN_DIR] [key=value ...]`
+struct TrainArguments {
+  std::vector<std::string> positional;  // the config file (first, when it has no '='), then overrides
+  std::string resume_dir;               // empty: a fresh run
+};
+
+// `kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]`
+struct EvalArguments {
+  std::string checkpoint;
+  std::string env_name;  // empty: the checkpoint's
+  std::string episodes = "10";
+  std::string seed = "0";
+  bool greedy = false;
+};
+
+// `kvrl transformer-demo [--envs N] [--steps T] [--seed S]`
+struct DemoArguments {
+  std::string envs = "16";
+  std::string steps = "200";
+  std::string seed = "0";
+};
+
+}  // namespace kvrl
