@@ -123,6 +123,7 @@ std::vector<OverlapTiming> time_overlap(const c10::Device& device,
                                          zero();
                                          loss().backward();
                                          std::vector<at::Tensor> grads;
+                                         grads.reserve(parameters.size());
                                          for (auto& p : parameters) grads.push_back(p.grad());
                                          blocking->all_reduce_mean(grads);
                                        }) /

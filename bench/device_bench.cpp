@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     std::printf("no usable GPU: CPU rows only\n");
   std::string json = "{\"actor_step\": [";
   std::printf("\nactor cached step (hidden 64, 2 layers, context 64-%lld)\n",
-              static_cast<long long>(64 + steps));
+              static_cast<long long>(steps) + 64);
   std::printf("| envs | device | us/step | env steps/s | vs CPU |\n|---|---|---|---|---|\n");
   bool first_row = true;
   for (int64_t envs : {64, 256, 1024, 4096}) {

@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   if (mode == "step") {
     if (b < kTimedSteps + 1 || b > bench->max_seq_len) {
       std::fprintf(stderr, "CONTEXT (%lld) must be in [%lld, %lld] (--max-seq-len)\n",
-                   static_cast<long long>(b), static_cast<long long>(kTimedSteps + 1),
+                   static_cast<long long>(b), static_cast<long long>(kTimedSteps) + 1,
                    static_cast<long long>(bench->max_seq_len));
       return 2;
     }

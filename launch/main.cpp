@@ -142,9 +142,7 @@ int run(const Command& command, const std::string& name) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int parse_and_run(int argc, char** argv) {
   CLI::App app("kvrl: distributed actor-learner reinforcement learning with transformer policies", "kvrl");
   app.require_subcommand(1);
   Command command;
@@ -176,4 +174,15 @@ int main(int argc, char** argv) {
     return refuse(app, error);
   }
   return run(command, app.get_subcommands().front()->get_name());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return parse_and_run(argc, argv);
+  } catch (const std::exception& error) {  // from setting up the parser itself, e.g. out of memory
+    std::fprintf(stderr, "kvrl: internal error: %s\n", error.what());
+    return 3;
+  }
 }

@@ -115,7 +115,7 @@ std::shared_ptr<WeightBroadcastTransport> make_weight_broadcast(const TrainConfi
 #endif
   std::set<std::pair<int64_t, int64_t>> gpus;
   for (int r = 0; r < size && nccl_obstacle.empty(); ++r) {
-    const int64_t* facts = &all[static_cast<size_t>(4 * r)];
+    const int64_t* facts = &all[4 * static_cast<size_t>(r)];
     if (facts[0] == 0) continue;
     if (facts[1] == 0) nccl_obstacle = cat("rank ", r, " acts or learns on the CPU");
     if (nccl_obstacle.empty() && !gpus.insert({facts[3], facts[2]}).second) {

@@ -89,7 +89,7 @@ Field bool_field(std::string key, Member member, std::string doc) {
 }
 
 template <typename Member>
-Field string_field(std::string key, Member member, std::vector<std::string> choices, std::string doc) {
+Field string_field(std::string key, Member member, const std::vector<std::string>& choices, std::string doc) {
   std::string allowed = "any string";
   if (!choices.empty()) {
     allowed = "one of";

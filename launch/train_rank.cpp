@@ -125,7 +125,7 @@ ActorLoopOptions actor_loop_options(const RankResources& rank, uint64_t seed) {
 
 }  // namespace
 
-RankOutcome run_learner_rank(const RankResources& rank, std::shared_ptr<Communicator> communicator) {
+RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Communicator>& communicator) {
   Learner learner(rank.model, rank.config.learner_options(), communicator);
   const TrainingProgress resumed =
       rank.plan.resuming ? restore(rank, learner, *communicator) : TrainingProgress{};

@@ -52,7 +52,7 @@ struct RankOutcome {
   std::string report_json;  // RUN_DIR/rank<N>.json
 };
 
-RankOutcome run_learner_rank(const RankResources& rank, std::shared_ptr<Communicator> communicator);
+RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Communicator>& communicator);
 RankOutcome run_actor_rank(const RankResources& rank);
 
 }  // namespace kvrl

@@ -109,7 +109,7 @@ class Reader {
                     c10::ScalarType dtype, at::IntArrayRef shape) const {
     const c10::IValue value = entry(parent, key, where);
     if (!value.isTensor()) fail("entry '" + where + key + "' is not a tensor");
-    const at::Tensor t = value.toTensor();
+    at::Tensor t = value.toTensor();
     if (t.scalar_type() != dtype || t.sizes() != shape) {
       fail("entry '" + where + key + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
            " and shape " + c10::str(t.sizes()) + ", expected " + c10::toString(dtype) + " " +
@@ -244,27 +244,18 @@ void load_checkpoint_model(const std::string& path, torch::nn::Module& model) {
   load_model(read, read_verified(read, path), model);
 }
 
-CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
-                                   const std::function<void(const std::string& config_yaml)>& check_config) {
-  const Reader read(path);
-  const Dict root = read_verified(read, path);
-  CheckpointContents contents;
-  contents.config_yaml = read.text(root, "config");
-  if (check_config) {
-    try {
-      check_config(contents.config_yaml);
-    } catch (const Error& error) {
-      read.fail(std::string("incompatible: ") + error.what());
-    }
-  }
+namespace {
+
+// The run's counters; `learner_updates` gets the learner's own update count.
+TrainingProgress read_progress(const Reader& read, const Dict& root, int64_t& learner_updates) {
   const Dict counters = read.dict(root, "progress");
-  TrainingProgress& progress = contents.progress;
+  TrainingProgress progress;
   progress.updates = read.integer(counters, "updates", "progress.");
   progress.env_steps = read.integer(counters, "env_steps", "progress.");
   progress.policy_version = read.integer(counters, "policy_version", "progress.");
   progress.episodes_used = read.integer(counters, "episodes_used", "progress.");
   progress.skipped_updates = read.integer(counters, "skipped_updates", "progress.");
-  const int64_t learner_updates = read.integer(counters, "learner_updates", "progress.");
+  learner_updates = read.integer(counters, "learner_updates", "progress.");
   progress.wall_seconds = read.number(counters, "wall_seconds", "progress.");
   for (const auto& item : read.dict(counters, "dropped", "progress.")) {
     if (!item.value().isInt())
@@ -279,18 +270,22 @@ CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
   const at::Tensor returns_values = returns.toTensor().contiguous();
   progress.recent_returns.assign(returns_values.data_ptr<double>(),
                                  returns_values.data_ptr<double>() + returns_values.numel());
+  return progress;
+}
 
-  // Check the optimizer state and RNG against this learner before changing anything.
+struct AdamMoments {
+  at::Tensor parameter;
+  int64_t step;
+  at::Tensor exp_avg, exp_avg_sq;
+};
+
+// Adam's state per parameter, checked against this learner's parameters.
+std::vector<AdamMoments> read_moments(const Reader& read, const Dict& root, Learner& learner) {
   const Dict optimizer = read.dict(root, "optimizer");
   std::map<std::string, at::Tensor> parameters;
   for (const auto& parameter : learner.model().named_parameters())
     parameters[parameter.key()] = parameter.value();
-  struct Moments {
-    at::Tensor parameter;
-    int64_t step;
-    at::Tensor exp_avg, exp_avg_sq;
-  };
-  std::vector<Moments> moments;
+  std::vector<AdamMoments> moments;
   for (const auto& item : optimizer) {
     const std::string name = item.key().toStringRef();
     auto parameter = parameters.find(name);
@@ -304,21 +299,46 @@ CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
                        read.tensor(entry, "exp_avg", where, dtype, shape),
                        read.tensor(entry, "exp_avg_sq", where, dtype, shape)});
   }
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  const at::Tensor expected_rng = generator.get_state();
-  const at::Tensor rng = read.tensor(read.dict(root, "rng"), "torch_cpu", "rng.", expected_rng.scalar_type(),
-                                     expected_rng.sizes());
-  load_model(read, root, learner.model());
+  return moments;
+}
 
+void restore_moments(const std::vector<AdamMoments>& moments, Learner& learner) {
   auto& state = learner.optimizer().state();
   state.clear();
-  for (const Moments& m : moments) {
+  for (const AdamMoments& m : moments) {
     auto adam = std::make_unique<torch::optim::AdamParamState>();
     adam->step(m.step);
     adam->exp_avg(m.exp_avg.to(m.parameter.device()).clone());
     adam->exp_avg_sq(m.exp_avg_sq.to(m.parameter.device()).clone());
     state[m.parameter.unsafeGetTensorImpl()] = std::move(adam);
   }
+}
+
+}  // namespace
+
+CheckpointContents read_checkpoint(const std::string& path, Learner& learner,
+                                   const std::function<void(const std::string& config_yaml)>& check_config) {
+  const Reader read(path);
+  const Dict root = read_verified(read, path);
+  CheckpointContents contents;
+  contents.config_yaml = read.text(root, "config");
+  if (check_config) {
+    try {
+      check_config(contents.config_yaml);
+    } catch (const Error& error) {
+      read.fail(std::string("incompatible: ") + error.what());
+    }
+  }
+  int64_t learner_updates = 0;
+  contents.progress = read_progress(read, root, learner_updates);
+  // Check the optimizer state and RNG against this learner before changing anything.
+  const std::vector<AdamMoments> moments = read_moments(read, root, learner);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor expected_rng = generator.get_state();
+  const at::Tensor rng = read.tensor(read.dict(root, "rng"), "torch_cpu", "rng.", expected_rng.scalar_type(),
+                                     expected_rng.sizes());
+  load_model(read, root, learner.model());
+  restore_moments(moments, learner);
   generator.set_state(rng);
   learner.restore_update_count(learner_updates);
   return contents;
@@ -333,7 +353,7 @@ std::string CheckpointDirectory::save(Learner& learner, const TrainingProgress& 
   fs::create_directories(dir_);
   char name[64];
   std::snprintf(name, sizeof(name), "checkpoint-%010lld.pt", static_cast<long long>(progress.updates));
-  const std::string path = (fs::path(dir_) / name).string();
+  std::string path = (fs::path(dir_) / name).string();
   write_checkpoint(path, learner, progress, config_yaml);
   const std::vector<std::string> all = newest_first();
   for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) fs::remove(all[i]);

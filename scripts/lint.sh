@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${KVRL_BUILD_DIR:-build}"
 mode="${1:-changed}"
+rm -f "$build/lint-findings.txt"
 case "$mode" in changed|--all|--fix) ;; *) echo "lint.sh: unknown option '$mode' (allowed: --all, --fix)" >&2; exit 2 ;; esac
 
 mapfile -t cxx_files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.h' | sort -u)
@@ -45,15 +46,33 @@ else
                             grep '\.cpp$' | awk '!seen[$0]++')
   budget="${KVRL_LINT_BUDGET_S:-600}"
 fi
-checked=0 failed=0 skipped=()
+jobs="${KVRL_LINT_JOBS:-$(nproc)}"
 start=$(date +%s)
+checked=() skipped=()
 for file in "${candidates[@]}"; do
-  [ -f "$file" ] && in_build "$file" || continue
-  if [ "$budget" -gt 0 ] && [ $(( $(date +%s) - start )) -ge "$budget" ]; then skipped+=("$file"); continue; fi
-  if ! clang-tidy -p "$build" --quiet "$file" 2>/dev/null; then failed=$((failed + 1)); fi
-  checked=$((checked + 1))
+  [ -f "$file" ] && in_build "$file" && checked+=("$file")
 done
-echo "lint: clang-tidy: $checked file(s) checked in $(( $(date +%s) - start )) s, $failed with findings"
+if [ "$budget" -gt 0 ]; then
+  # Newest first, one file at a time, until the budget is spent.
+  kept=()
+  for file in "${checked[@]}"; do
+    if [ $(( $(date +%s) - start )) -ge "$budget" ]; then skipped+=("$file"); continue; fi
+    kept+=("$file")
+    clang-tidy -p "$build" --quiet "$file" 2>/dev/null || echo "lint: clang-tidy findings in $file" >>"$build/lint-findings.txt"
+  done
+  checked=("${kept[@]}")
+else
+  printf '%s\n' "${checked[@]}" | xargs -r -P "$jobs" -I{} sh -c \
+    'clang-tidy -p "$0" --quiet "$1" 2>/dev/null || echo "lint: clang-tidy findings in $1" >>"$0/lint-findings.txt"' \
+    "$build" {}
+fi
+failed=0
+if [ -f "$build/lint-findings.txt" ]; then
+  failed=$(wc -l <"$build/lint-findings.txt")
+  cat "$build/lint-findings.txt" >&2
+  rm -f "$build/lint-findings.txt"
+fi
+echo "lint: clang-tidy: ${#checked[@]} file(s) checked in $(( $(date +%s) - start )) s, $failed with findings"
 if [ ${#skipped[@]} -gt 0 ]; then
   echo "lint: clang-tidy: ${#skipped[@]} changed file(s) left after the ${budget} s budget (scripts/lint.sh --all checks them):"
   printf '  %s\n' "${skipped[@]}"

@@ -13,7 +13,8 @@ VENV="$KVRL_CACHE/venv"
 TORCH_VERSION="${KVRL_TORCH_VERSION:-2.15.0}"
 TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==1.4.0" popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0")
 APT_PACKAGES=(openmpi-bin libopenmpi-dev libboost-dev libspdlog-dev libgtest-dev
-              libyaml-cpp-dev nlohmann-json3-dev libcli11-dev cmake g++ clang python3-venv)
+              libyaml-cpp-dev nlohmann-json3-dev libcli11-dev cmake g++ clang clang-format clang-tidy
+              python3-venv)
 
 with_test=0
 for arg in "$@"; do

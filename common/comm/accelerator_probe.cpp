@@ -20,7 +20,8 @@ std::string dotted(int version, int major_div, int minor_div) {
 
 AcceleratorReport probe_accelerators() {
   AcceleratorReport report;
-  report.cuda_devices = static_cast<int>(torch::cuda::device_count());
+  // DeviceIndex is a signed char; a count is never negative.
+  report.cuda_devices = static_cast<int>(static_cast<unsigned char>(torch::cuda::device_count()));
 #ifdef KVRL_HAVE_CUDA
   report.cuda_compiled_in = true;
   // Both calls answer without a GPU; a failure leaves the version at zero.

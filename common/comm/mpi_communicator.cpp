@@ -3,6 +3,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty_like.h>
 
+#include <new>
+
 #include "common/comm/gradient_buckets.h"
 #include "common/comm/mpi_check.h"
 
@@ -64,8 +66,9 @@ class PendingMpiReduction : public PendingReduction {
     // MPI_Abort; MPI can neither cancel nor free a collective's request, so the buffers
     // MPI may still read and write are deliberately leaked.
     if (request_ != MPI_REQUEST_NULL) {
-      new at::Tensor(host_);
-      new at::Tensor(sum_);
+      // nothrow: a destructor must not throw; out of memory, the buffers are freed after all.
+      static_cast<void>(new (std::nothrow) at::Tensor(host_));
+      static_cast<void>(new (std::nothrow) at::Tensor(sum_));
     }
   }
 

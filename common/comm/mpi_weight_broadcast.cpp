@@ -2,6 +2,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <new>
+
 #include "common/comm/mpi_check.h"
 #include "common/support/errors.h"
 
@@ -21,7 +23,8 @@ class PendingIbcast : public PendingBroadcast {
     // the rank is failing (an exception unwinding towards MPI_Abort): waiting could hang
     // on a dead peer, and MPI can neither cancel nor free a collective's request, so the
     // buffer MPI may still write is deliberately leaked.
-    if (request_ != MPI_REQUEST_NULL) new at::Tensor(std::move(host_));
+    // nothrow: a destructor must not throw; out of memory, the buffer is freed after all.
+    if (request_ != MPI_REQUEST_NULL) static_cast<void>(new (std::nothrow) at::Tensor(std::move(host_)));
   }
 
   bool landed() override {

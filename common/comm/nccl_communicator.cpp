@@ -142,6 +142,7 @@ void NcclCommunicator::all_reduce_mean(std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
   const std::vector<TensorBucket> buckets = plan_buckets(tensors, impl_->options.bucket_bytes);
   std::vector<at::Tensor> flat;
+  flat.reserve(buckets.size());
   for (const TensorBucket& bucket : buckets) flat.push_back(flatten_bucket(bucket, tensors));
   impl_->run("all-reduce of " + std::to_string(buckets.size()) + " gradient bucket(s)", flat,
              [&](at::Tensor& buffer) { impl_->all_reduce_in_place(buffer); });
@@ -152,6 +153,7 @@ void NcclCommunicator::broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (tensors.empty()) return;
   const std::vector<TensorBucket> buckets = plan_buckets(tensors, impl_->options.bucket_bytes);
   std::vector<at::Tensor> flat;
+  flat.reserve(buckets.size());
   for (const TensorBucket& bucket : buckets) flat.push_back(flatten_bucket(bucket, tensors));
   impl_->run("broadcast from learner " + std::to_string(root), flat, [&](at::Tensor& buffer) {
     KVRL_NCCL_CHECK(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),

@@ -28,7 +28,7 @@ void on_crash(int signal_number) {
   size_t length = 0;
   auto append = [&](const char* text) {
     const size_t n = std::min(std::strlen(text), sizeof(line) - 1 - length);
-    std::memcpy(line + length, text, n);
+    std::memcpy(line + length, text, n);  // NOLINT(bugprone-not-null-terminated-result): sent by length
     length += n;
   };
   append(crash_prefix);

@@ -16,6 +16,7 @@ namespace {
 std::vector<std::unique_ptr<Environment>> make_many(const std::string& name, int count,
                                                     const EnvOptions& options = {}) {
   std::vector<std::unique_ptr<Environment>> envs;
+  envs.reserve(count);
   for (int i = 0; i < count; ++i) envs.push_back(make_environment(name, options));
   return envs;
 }

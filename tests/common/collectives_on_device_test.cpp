@@ -70,6 +70,7 @@ std::vector<at::Tensor> rank_dependent_tensors(int rank) {
 
 std::vector<at::Tensor> on(const std::vector<at::Tensor>& tensors, const c10::Device& device) {
   std::vector<at::Tensor> moved;
+  moved.reserve(tensors.size());
   for (const at::Tensor& tensor : tensors) moved.push_back(tensor.to(device));
   return moved;
 }

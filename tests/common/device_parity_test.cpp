@@ -90,7 +90,7 @@ Trajectory window_of(ActorCritic& policy, const at::Tensor& observations, const 
           window.values.cpu().to(at::kFloat)};
 }
 
-std::shared_ptr<ActorCritic> copy_on(const ActorCritic& source, ActorCriticOptions options,
+std::shared_ptr<ActorCritic> copy_on(const ActorCritic& source, const ActorCriticOptions& options,
                                      const c10::Device& device) {
   auto copy = std::make_shared<ActorCritic>(options);
   torch::NoGradGuard no_grad;

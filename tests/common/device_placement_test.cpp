@@ -71,7 +71,7 @@ TEST(GradientBuckets, GroupInOrderUpToTheSizeAndKeepDtypesApart) {
                                            torch::zeros({5}),
                                            torch::zeros({5}, torch::kDouble),
                                            torch::zeros({1})};
-  const auto buckets = plan_buckets(tensors, 30 * 4);  // 30 floats
+  const auto buckets = plan_buckets(tensors, int64_t{30} * 4);  // 30 floats
   ASSERT_EQ(buckets.size(), 5u);
   EXPECT_EQ(buckets[0].members, (std::vector<size_t>{0, 1}));  // 30 floats exactly
   EXPECT_EQ(buckets[1].members, (std::vector<size_t>{2}));     // larger than a bucket: alone

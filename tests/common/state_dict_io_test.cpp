@@ -125,7 +125,10 @@ TEST(TorchPickle, RejectsGlobalsOutsideTheAllowList) {
 
 TEST(TorchPickle, RejectsTruncatedAndUnderflowingPrograms) {
   auto no_storage = [](const std::string&) -> std::string { throw MalformedInputError("no storage"); };
-  EXPECT_THROW(parse_torch_pickle(std::string("\x80\x02X\x05\x00\x00\x00ab", 9), no_storage, "t"),
+  EXPECT_THROW(parse_torch_pickle(std::string("\x80\x02X\x05\x00\x00\x00"
+                                              "ab",
+                                              9),
+                                  no_storage, "t"),
                MalformedInputError);
   EXPECT_THROW(parse_torch_pickle("\x80\x02s.", no_storage, "t"), MalformedInputError);
   EXPECT_THROW(parse_torch_pickle("\x80\x02h\x07.", no_storage, "t"), MalformedInputError);

@@ -36,7 +36,7 @@ class TransformerModuleTest : public ::testing::Test {
   }
 
   // Random is_init [*batch, T] with every row starting an episode and resets elsewhere.
-  static at::Tensor random_is_init(std::vector<int64_t> shape) {
+  static at::Tensor random_is_init(const std::vector<int64_t>& shape) {
     at::Tensor is_init = torch::rand(shape) < 0.25;
     is_init.select(-1, 0).fill_(true);
     return is_init;
@@ -84,7 +84,7 @@ TEST_F(TransformerModuleTest, BackboneCannotComeWithSizeArguments) {
 
 TEST_F(TransformerModuleTest, StepMatchesWindowForSeveralBatchShapesWithResets) {
   TransformerModule module(small_options());
-  for (std::vector<int64_t> batch : {std::vector<int64_t>{}, {4}, {2, 3}}) {
+  for (const std::vector<int64_t>& batch : {std::vector<int64_t>{}, {4}, {2, 3}}) {
     std::vector<int64_t> shape = batch;
     shape.push_back(9);
     const at::Tensor is_init = random_is_init(shape);

@@ -67,7 +67,7 @@ TEST(GradientReducerOverMpi, MatchesTheBlockingAllReduceAndIsBitIdentical_MPI) {
   communicator->all_reduce_mean(blocking);
   net.zero();
 
-  GradientReducer reducer(net.layers, communicator, 64 * 64 * 4);
+  GradientReducer reducer(net.layers, communicator, int64_t{64} * 64 * 4);
   ASSERT_EQ(reducer.bucket_count(), 4u);
   reducer.prepare();
   net.backward(rank);
@@ -91,7 +91,7 @@ TEST(GradientReducerOverMpi, SeveralReductionsInFlightCompleteInOrder_MPI) {
   std::vector<at::Tensor> buffers;
   std::vector<std::unique_ptr<PendingReduction>> pending;
   for (int i = 0; i < 3; ++i) {
-    buffers.push_back(torch::full({1000 * (i + 1)}, static_cast<float>(rank + 1) * (i + 1)));
+    buffers.push_back(torch::full({int64_t{1000} * (i + 1)}, static_cast<float>(rank + 1) * (i + 1)));
     pending.push_back(communicator.start_all_reduce_mean(buffers.back()));
   }
   for (auto& p : pending) p->progress();
