@@ -2,6 +2,7 @@
 // checks its own values (ranges, files) and says what is wrong with them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,8 +10,8 @@ namespace kvrl {
 
 // `kvrl train [CONFIG.yaml] [--resume RUN_DIR] [key=value ...]`
 struct TrainArguments {
-  std::vector<std::string> positional;  // the config file (first, when it has no '='), then overrides
-  std::string resume_dir;               // empty: a fresh run
+  std::vector<std::string> positional;    // the config file (first, when it has no '='), then overrides
+  std::optional<std::string> resume_dir;  // absent: a fresh run
 };
 
 // `kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]`

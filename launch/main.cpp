@@ -164,6 +164,14 @@ int parse_and_run(int argc, char** argv) {
   add_printing(
       app, "info", "what this build and machine can run on",
       [] { return kvrl::probe_accelerators().summary() + "\n"; }, command);
+  app.add_subcommand("help", "this list of commands (kvrl COMMAND --help for a command's options)")
+      ->callback([&app, &command] {
+        command = [&app] {
+          std::fputs(app.get_formatter()->make_help(&app, "kvrl", CLI::AppFormatMode::Normal).c_str(),
+                     stdout);
+          return 0;
+        };
+      });
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

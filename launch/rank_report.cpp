@@ -16,6 +16,11 @@ nlohmann::json by_rank(const std::map<int, int64_t>& counts) {
   return out;
 }
 
+// Invalid UTF-8 (a path named in another encoding) becomes U+FFFD instead of an exception.
+std::string as_text(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras,
@@ -45,7 +50,7 @@ std::string learner_report_json(int rank, const LearnerStats& stats, const Learn
       {"last_checkpoint", stats.last_checkpoint},
       {"parameter_checksum", stats.parameter_checksum},
   };
-  return report.dump();
+  return as_text(report);
 }
 
 std::string actor_report_json(int rank, const ActorStats& stats, int exit_code) {
@@ -67,9 +72,9 @@ std::string actor_report_json(int rank, const ActorStats& stats, int exit_code) 
       {"exit_code", exit_code},
       {"corrupt_messages_injected", stats.corrupt_messages_injected},
   };
-  return report.dump();
+  return as_text(report);
 }
 
-std::string drop_counts_json(const LearnerStats& stats) { return nlohmann::json(stats.dropped).dump(); }
+std::string drop_counts_json(const LearnerStats& stats) { return as_text(nlohmann::json(stats.dropped)); }
 
 }  // namespace kvrl

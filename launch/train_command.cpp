@@ -156,7 +156,10 @@ struct TrainInputs {
 // a resumed run reads RUN_DIR/config.yaml unless a config file is named.
 TrainInputs train_inputs(const TrainArguments& arguments) {
   TrainInputs inputs;
-  inputs.resume_dir = arguments.resume_dir;
+  if (arguments.resume_dir) {
+    if (arguments.resume_dir->empty()) throw InvalidArgumentError("--resume needs a run directory, got ''");
+    inputs.resume_dir = *arguments.resume_dir;
+  }
   for (size_t i = 0; i < arguments.positional.size(); ++i) {
     const std::string& item = arguments.positional[i];
     if (i == 0 && item.find('=') == std::string::npos) {

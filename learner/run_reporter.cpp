@@ -26,6 +26,12 @@ double unix_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Invalid UTF-8 (a tag or reason in another encoding) becomes U+FFFD instead of an exception.
+template <typename Json>
+std::string as_text(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 std::ofstream open_metrics_file(const std::filesystem::path& path, bool append) {
   std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
   if (!out) throw Error("cannot write metrics to '" + path.string() + "'");
@@ -157,7 +163,7 @@ std::string RunReporter::status_json(const RunSnapshot& s, const std::string& st
       {"env_steps_per_s", s.env_steps_per_s},
       {"wall_seconds", s.wall_seconds},
   };
-  return status.dump();
+  return as_text(status);
 }
 
 void RunReporter::record_update(const RunSnapshot& s) {
@@ -168,7 +174,7 @@ void RunReporter::record_update(const RunSnapshot& s) {
   nlohmann::ordered_json row = {
       {"update", s.updates}, {"env_steps", s.env_steps}, {"wall_seconds", s.wall_seconds}, {"time", now}};
   for (const auto& [tag, value] : values) row[tag] = value;
-  jsonl_ << row.dump() << '\n';
+  jsonl_ << as_text(row) << '\n';
   jsonl_.flush();
   const UpdateStats& u = s.update;
   csv_ << s.env_steps << ',' << s.updates << ',' << s.wall_seconds << ',' << s.return_mean << ','

@@ -41,6 +41,11 @@ std::optional<Message> InProcessNetwork::take(int rank) {
   return message;
 }
 
+void InProcessNetwork::throw_if_closed(int rank) const {
+  if (closed_)
+    throw Error("rank " + std::to_string(rank) + ": the in-process network was closed (a rank failed)");
+}
+
 InProcessTransport::InProcessTransport(InProcessNetwork& network, int rank) : network_(network), rank_(rank) {
   if (rank < 0 || rank >= network.size()) {
     throw InvalidArgumentError("rank " + std::to_string(rank) + " is not in an in-process network of " +
@@ -56,11 +61,13 @@ void InProcessTransport::send(int destination, MessageTag tag, std::vector<uint8
                                std::to_string(destination) + ", outside the in-process network of " +
                                std::to_string(network_.size()) + " ranks");
   }
+  network_.throw_if_closed(rank_);
   outbox_.push_back({destination, Message{rank_, tag, std::move(bytes)}});
   progress();
 }
 
 std::optional<Message> InProcessTransport::poll() {
+  network_.throw_if_closed(rank_);
   progress();
   return network_.take(rank_);
 }
@@ -85,6 +92,7 @@ void InProcessTransport::flush() {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(network_.flush_timeout_s_);
   while (progress() > 0) {
+    network_.throw_if_closed(rank_);
     if (std::chrono::steady_clock::now() > deadline) {
       throw Error("rank " + std::to_string(rank_) + ": " + std::to_string(outbox_.size()) +
                   " message(s) not received after " + std::to_string(network_.flush_timeout_s_) +

@@ -2,9 +2,10 @@
 // messages; a send to a full inbox waits in the sender's outbox until the receiver has
 // polled, as an MPI send waits for its receiver, and flush() gives up after a deadline
 // naming the rank that did not receive. Lets ActorLoop and LearnerLoop run and be tested
-// without mpiexec (tests/integration/in_process_run_test.cpp).
+// without mpiexec (tests/loops/in_process_loops_test.cpp).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -23,6 +24,9 @@ class InProcessNetwork {
   size_t inbox_bound() const { return inbox_bound_; }
   // The most messages rank `rank`'s inbox ever held at once.
   size_t inbox_high_water(int rank) const;
+  // From now on every rank's send, poll and flush throw Error, as MPI calls fail once a
+  // peer has died: a rank that fails takes the others down instead of leaving them waiting.
+  void close() { closed_ = true; }
 
  private:
   friend class InProcessTransport;
@@ -35,6 +39,9 @@ class InProcessNetwork {
   bool try_deliver(int destination, Message& message);
   std::optional<Message> take(int rank);
 
+  void throw_if_closed(int rank) const;
+
+  std::atomic<bool> closed_{false};
   size_t inbox_bound_;
   double flush_timeout_s_;
   std::vector<std::unique_ptr<Inbox>> inboxes_;

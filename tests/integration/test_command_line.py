@@ -23,11 +23,17 @@ def kvrl(*args):
     return subprocess.run([KVRL, *args], capture_output=True, text=True, timeout=60)
 
 
-def test_help_lists_every_command():
-    result = kvrl("--help")
+@pytest.mark.parametrize("asked", [["--help"], ["help"]])
+def test_help_lists_every_command(asked):
+    result = kvrl(*asked)
     assert result.returncode == 0, result.stderr
     for name in SUBCOMMANDS:
         assert f"  {name} " in result.stdout, name
+
+
+def test_an_empty_resume_directory_is_refused():
+    result = kvrl("train", "x.yaml", "--resume", "")
+    assert result.returncode == 2 and "--resume needs a run directory, got ''" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
