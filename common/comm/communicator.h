@@ -1,6 +1,6 @@
 // The collective seam between learners: gradient averaging and parameter broadcast.
-// Implementations: LocalCommunicator (one learner, in-process), MpiCommunicator (CPU
-// learners over MPI); the GPU path adds NCCL behind the same interface. Every method is a
+// Implementations: LocalCommunicator (one learner, common/comm/local_communicator.h),
+// MpiCommunicator (learners over MPI) and NcclCommunicator (learners on GPUs). Every method is a
 // collective: all members call it in the same order, and it blocks until done.
 #pragma once
 
@@ -43,15 +43,6 @@ class Communicator {
   // made the communicator (autograd runs a GPU backward on threads of its own); MPI is
   // initialised for one calling thread only.
   virtual bool starts_on_any_thread() const { return false; }
-};
-
-class LocalCommunicator : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_reduce_mean(std::vector<at::Tensor>&) override {}
-  void broadcast(std::vector<at::Tensor>&, int) override {}
-  double all_reduce_sum(double value) override { return value; }
 };
 
 }  // namespace kvrl

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/comm/local_communicator.h"
 #include "common/io/torch_file.h"
 #include "common/support/errors.h"
 #include "common/support/logger.h"

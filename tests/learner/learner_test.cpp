@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/comm/local_communicator.h"
 #include "common/support/errors.h"
 #include "learner/returns.h"
 #include "learner/window_batch.h"

@@ -19,6 +19,7 @@
 #include "actor/policy_fit.h"
 #include "actor/vector_env.h"
 #include "common/comm/in_process_transport.h"
+#include "common/comm/local_communicator.h"
 #include "common/support/errors.h"
 #include "common/support/logger.h"
 #include "learner/learner.h"
