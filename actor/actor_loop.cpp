@@ -71,7 +71,9 @@ void ActorLoop::handle(const Message& message) {
     case MessageTag::kCredit: {
       int64_t steps = 0;
       if (message.bytes.size() == sizeof(steps)) std::memcpy(&steps, message.bytes.data(), sizeof(steps));
-      if (steps > 0) credits_[index] += steps;
+      // A learner refunds a malformed episode's credit at the longest an episode can be, so
+      // a refund can exceed the charge: credit never goes above what the actor started with.
+      if (steps > 0) credits_[index] = std::min(credits_[index] + steps, options_.credit_steps);
       break;
     }
     case MessageTag::kStop:

@@ -2,6 +2,7 @@
 // checks its own values (ranges, files) and says what is wrong with them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,5 +30,9 @@ struct DemoArguments {
   std::string steps = "200";
   std::string seed = "0";
 };
+
+// The integer `text` of option `option`, in [low, high]; throws InvalidArgumentError naming
+// the option, the text and the range otherwise.
+int64_t parse_count(const std::string& option, const std::string& text, int64_t low, int64_t high);
 
 }  // namespace kvrl

@@ -14,22 +14,12 @@
 #include "common/io/state_dict_io.h"
 #include "common/io/torch_file.h"
 #include "common/support/errors.h"
-#include "common/support/number_text.h"
 #include "launch/command_line.h"
 #include "launch/run_setup.h"
 #include "learner/checkpoint.h"
 
 namespace kvrl {
 namespace {
-
-int64_t parse_count(const std::string& option, const std::string& text, int64_t low, int64_t high) {
-  const std::optional<int64_t> value = parse_integer(text);
-  if (!value || *value < low || *value > high) {
-    throw InvalidArgumentError(option + " '" + text + "' must be an integer in [" + std::to_string(low) +
-                               ", " + std::to_string(high) + "]");
-  }
-  return *value;
-}
 
 // The checkpoint's policy, built from its own config and loaded.
 struct SavedPolicy {

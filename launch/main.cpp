@@ -24,7 +24,7 @@ namespace {
 // Set by the subcommand the line chose; runs after parsing.
 using Command = std::function<int()>;
 
-// Under mpirun every rank parses the same line: one of them reports a bad one.
+// Under mpirun every rank parses the same line: one of them prints help or reports a bad one.
 bool reports_for_the_job() {
   for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
     if (const char* rank = std::getenv(variable)) return std::string(rank) == "0";
@@ -175,9 +175,9 @@ int parse_and_run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);
+    return reports_for_the_job() ? app.exit(help) : 0;
   } catch (const CLI::CallForAllHelp& help) {
-    return app.exit(help);
+    return reports_for_the_job() ? app.exit(help) : 0;
   } catch (const CLI::ParseError& error) {
     return refuse(app, error);
   }

@@ -5,12 +5,10 @@
 
 #include <chrono>
 #include <cstdio>
-#include <optional>
 
 #include "common/comm/accelerator_probe.h"
 #include "common/model/transformer_module.h"
 #include "common/support/errors.h"
-#include "common/support/number_text.h"
 #include "launch/command_line.h"
 
 namespace kvrl {
@@ -22,18 +20,12 @@ struct DemoArgs {
   int64_t seed = 0;
 };
 
-int64_t demo_value(const std::string& option, const std::string& text, int64_t low) {
-  const std::optional<int64_t> value = parse_integer(text);
-  if (!value || *value < low) {
-    throw InvalidArgumentError("transformer-demo: " + option + " (" + text +
-                               ") must be an integer >= " + std::to_string(low));
-  }
-  return *value;
-}
+constexpr int64_t kDemoMaxSeqLen = 256;
 
 DemoArgs parse_demo_args(const DemoArguments& arguments) {
-  return {demo_value("--envs", arguments.envs, 1), demo_value("--steps", arguments.steps, 1),
-          demo_value("--seed", arguments.seed, 0)};
+  return {parse_count("--envs", arguments.envs, 1, 65536),
+          parse_count("--steps", arguments.steps, 1, kDemoMaxSeqLen),
+          parse_count("--seed", arguments.seed, 0, int64_t{1} << 62)};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -49,11 +41,7 @@ int run_transformer_demo(const DemoArguments& arguments) {
   options.hidden_size = 64;
   options.num_layers = 2;
   options.num_heads = 4;
-  options.max_seq_len = 256;
-  if (demo.steps > *options.max_seq_len) {
-    throw InvalidArgumentError("transformer-demo: --steps (" + std::to_string(demo.steps) +
-                               ") exceeds max_seq_len (256): lower --steps");
-  }
+  options.max_seq_len = kDemoMaxSeqLen;  // --steps is at most this
   std::printf("kvrl transformer-demo: %s\n", probe_accelerators().summary().c_str());
   std::printf("  the demo runs on CPU: %lld streams x %lld steps, hidden 64, 2 layers, 4 heads\n",
               static_cast<long long>(demo.envs), static_cast<long long>(demo.steps));

@@ -135,6 +135,7 @@ bool LearnerLoop::too_stale(const Episode& episode) const {
 }
 
 void LearnerLoop::drop_stale_queued_episodes() {
+  if (options_.max_policy_lag <= 0) return;
   for (auto episode = queue_.begin(); episode != queue_.end();) {
     if (!too_stale(*episode)) {
       ++episode;

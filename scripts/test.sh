@@ -12,6 +12,6 @@ cmake -S . -B "$build_dir" -DKVRL_BUILD_TESTS=ON -DKVRL_BUILD_BENCH=ON >"$build_
 grep -A14 "kvrl .* configuration" "$build_dir.configure.log" || true
 cmake --build "$build_dir" -j2
 # clang-format over every file; clang-tidy over the recently changed ones, 5 minutes at most
-# (scripts/lint.sh; a full clang-tidy pass is scripts/lint.sh --all, ~40 min on 2 cores).
+# (scripts/lint.sh; a full clang-tidy pass is scripts/lint.sh --all, 13 min on 2 cores).
 KVRL_BUILD_DIR="$build_dir" KVRL_LINT_BUDGET_S="${KVRL_LINT_BUDGET_S:-300}" scripts/lint.sh
 ctest --test-dir "$build_dir" --output-on-failure

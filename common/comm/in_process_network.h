@@ -18,7 +18,6 @@ class InProcessNetwork {
  public:
   InProcessNetwork(int ranks, size_t inbox_bound, double flush_timeout_s = 60);
   int size() const { return static_cast<int>(inboxes_.size()); }
-  size_t inbox_bound() const { return inbox_bound_; }
   // The most messages rank `rank`'s inbox ever held at once.
   size_t inbox_high_water(int rank) const;
   // From now on every rank's send, poll and flush throw Error, as MPI calls fail once a

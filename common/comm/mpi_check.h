@@ -19,6 +19,11 @@ class MpiError : public Error {
 // Throws MpiError when `code` is not MPI_SUCCESS.
 void check_mpi(int code, const char* call, const char* file, int line, const std::string& reason);
 
+// "CALL failed at FILE:LINE on rank R (HOST): PROBLEM; while REASON", R the rank in
+// MPI_COMM_WORLD: the wording of every failed MPI or NCCL call.
+std::string failed_call_message(const char* call, const char* file, int line, const std::string& problem,
+                                const std::string& reason);
+
 }  // namespace kvrl
 
 #define KVRL_MPI_CHECK(call, reason) ::kvrl::check_mpi((call), #call, __FILE__, __LINE__, (reason))

@@ -1,7 +1,5 @@
 #include "common/comm/nccl_support.h"
 
-#include <unistd.h>
-
 #include "common/comm/mpi_check.h"
 #include "common/support/errors.h"
 
@@ -10,12 +8,7 @@ namespace kvrl {
 void check_nccl(ncclResult_t result, const char* call, const char* file, int line,
                 const std::string& reason) {
   if (result == ncclSuccess) return;
-  int rank = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  throw Error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + " on rank " +
-              std::to_string(rank) + " (" + host + "): " + ncclGetErrorString(result) + "; while " + reason);
+  throw Error(failed_call_message(call, file, line, ncclGetErrorString(result), reason));
 }
 
 ncclComm_t nccl_comm_over_mpi(MPI_Comm members, int rank, int size, const std::string& purpose) {

@@ -52,7 +52,8 @@ def test_each_commands_help_lists_its_arguments(name):
                                     "--seed, --greedy"),
     (["eval"], "checkpoint is required (kvrl eval takes CHECKPOINT"),
     (["export", "a.pt"], "(kvrl export takes CHECKPOINT OUT.pt"),
-    (["transformer-demo", "--envs", "0"], "transformer-demo: --envs (0) must be an integer >= 1"),
+    (["transformer-demo", "--envs", "0"], "--envs '0' must be an integer in [1, 65536]"),
+    (["transformer-demo", "--steps", "257"], "--steps '257' must be an integer in [1, 256]"),
     (["transformer-demo", "--stepz", "3"], "unknown argument '--stepz' (kvrl transformer-demo takes --envs, --steps"),
     (["train"], "train needs a config file"),
 ])

@@ -50,7 +50,6 @@ struct RunOutcome {
   std::vector<ActorStats> actors;
   std::vector<std::string> actor_checksums;  // parameter_checksum of each actor's model
   std::string initial_checksum;              // the learner's before its first update
-  std::vector<size_t> inbox_high_water;      // per rank
 };
 
 ActorCriticOptions policy_for(const Environment& env) {
@@ -148,7 +147,6 @@ RunOutcome run_in_process(const RunPlan& plan) {
   for (std::thread& thread : threads) thread.join();
   if (first_failure) std::rethrow_exception(first_failure);
   for (const auto& model : actor_models) outcome.actor_checksums.push_back(parameter_checksum(*model));
-  for (int r = 0; r <= plan.actors; ++r) outcome.inbox_high_water.push_back(network.inbox_high_water(r));
   return outcome;
 }
 
@@ -204,7 +202,7 @@ TEST(InProcessLoops, AfterTheLastWeightSyncEveryActorHoldsTheLearnersParameters)
 // A learner ten times slower per update than its batch takes to collect: actors wait for
 // credit instead of piling episodes up. An actor may overdraw its credit by one episode
 // (actor/actor_loop.cpp), so the learner's queue never holds more than credit plus a time
-// limit per actor; no inbox grows past its bound (sends wait in their outbox).
+// limit per actor. Inboxes of 3 messages make sends wait in their outboxes on the way.
 TEST(InProcessLoops, FlowControlBoundsTheLearnersQueueByTheCreditItGaveOut) {
   RunPlan plan;
   plan.epochs = 10;
@@ -215,9 +213,6 @@ TEST(InProcessLoops, FlowControlBoundsTheLearnersQueueByTheCreditItGaveOut) {
   const RunOutcome run = run_in_process(plan);
   EXPECT_LE(run.learner.queued_steps_high_water, plan.actors * (plan.credit_steps + time_limit));
   EXPECT_GE(run.learner.queued_steps_high_water, plan.steps_per_update) << "the learner never held a batch";
-  for (size_t rank = 0; rank < run.inbox_high_water.size(); ++rank) {
-    EXPECT_LE(run.inbox_high_water[rank], plan.inbox_bound) << "rank " << rank;
-  }
   // Credit, not the learner's budget, bounds what the actors collect ahead of the learner:
   // what it trained on, plus per actor its credit, one overdrawn episode and its open
   // episodes (a learner 10x slower than collection would otherwise be far behind).
