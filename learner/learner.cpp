@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "common/support/errors.h"
-#include "learner/returns.h"
+#include "learner/policy_losses.h"
 #include "learner/window_batch.h"
 
 namespace kvrl {
@@ -34,11 +34,6 @@ void validate(const LearnerOptions& o) {
   if (o.max_grad_norm < 0 || o.value_clip < 0) fail("max_grad_norm and value_clip must be >= 0");
   if (!(o.rho_bar > 0 && o.c_bar > 0)) fail("rho_bar and c_bar must be > 0");
   if (o.allreduce_bucket_bytes < 1) fail("allreduce_bucket_bytes must be >= 1");
-}
-
-// Mean of `values` over the true entries of `mask`.
-at::Tensor masked_mean(const at::Tensor& values, const at::Tensor& mask) {
-  return values.masked_select(mask).mean();
 }
 
 std::vector<at::Tensor> parameter_list(ActorCritic& model) { return model.parameters(); }
@@ -169,22 +164,9 @@ struct PpoTargets {
   at::Tensor behaviour_weights;  // decoupled PPO only
 };
 
-// GAE is a backward scan per episode: done on the host, in one copy each way.
-at::Tensor episode_advantages(const WindowBatch& batch, const at::Tensor& values,
-                              const LearnerOptions& options) {
-  const at::Tensor host_values = values.to(at::kCPU);
-  const at::Tensor host_rewards = batch.rewards.to(at::kCPU);
-  at::Tensor host_advantages = at::zeros_like(host_values);
-  for (const EpisodeSlot& slot : batch.slots) {
-    const at::Tensor row_values = host_values[slot.row];
-    const double bootstrap = slot.terminated ? 0.0 : row_values[slot.offset + slot.length].item<double>();
-    host_advantages[slot.row]
-        .narrow(0, slot.offset, slot.length)
-        .copy_(generalized_advantages(
-            host_rewards[slot.row].narrow(0, slot.offset, slot.length) * options.reward_scale,
-            row_values.narrow(0, slot.offset, slot.length), bootstrap, options.gamma, options.gae_lambda));
-  }
-  return host_advantages.to(values.device());
+ReturnOptions return_options(const LearnerOptions& options) {
+  return ReturnOptions{options.gamma, options.gae_lambda, options.reward_scale, options.rho_bar,
+                       options.c_bar};
 }
 
 }  // namespace
@@ -207,41 +189,27 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
     } else {
       targets.anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
     }
-    const at::Tensor advantages = episode_advantages(batch, targets.old_values, options_);
+    const at::Tensor advantages = episode_advantages(batch, targets.old_values, return_options(options_));
     targets.returns = advantages + targets.old_values;
-    const at::Tensor real = advantages.masked_select(batch.step_mask);
-    const double std = real.numel() > 1 ? real.std().item<double>() : 1.0;
-    targets.advantages = (advantages - real.mean()) / (std + 1e-8);
+    targets.advantages = normalized_advantages(advantages, batch.step_mask);
   }
   at::Tensor kl_sum = at::zeros({}, targets.old_values.options());
   at::Tensor clip_sum = at::zeros({}, targets.old_values.options());
   const auto loss_of = [&](const WindowRows& rows_of, const PolicyWindow& window) {
-    const at::Tensor mask = rows_of(batch.step_mask);
-    const at::Tensor advantages = rows_of(targets.advantages);
-    const at::Tensor returns = rows_of(targets.returns);
-    const at::Tensor old_values = rows_of(targets.old_values);
-    const at::Tensor log_ratio =
-        model_->log_prob(window, rows_of(batch.actions)) - rows_of(targets.anchor_log_probs);
-    const at::Tensor ratio = log_ratio.exp();
-    at::Tensor surrogate = at::min(
-        ratio * advantages, ratio.clamp(1 - options_.clip_epsilon, 1 + options_.clip_epsilon) * advantages);
-    if (targets.behaviour_weights.defined()) surrogate = rows_of(targets.behaviour_weights) * surrogate;
-    at::Tensor value_error = (window.values - returns).pow(2);
-    if (options_.value_clip > 0) {
-      const at::Tensor clipped =
-          old_values + (window.values - old_values).clamp(-options_.value_clip, options_.value_clip);
-      value_error = at::max(value_error, (clipped - returns).pow(2));
-    }
-    {
-      // k3 estimator of KL(anchor || pi) and how often the ratio was clipped, averaged
-      // over every optimizer step (the first is 0 by construction for decoupled PPO);
-      // summed on the device and read once per update.
-      torch::NoGradGuard no_grad;
-      kl_sum += masked_mean((ratio - 1) - log_ratio, mask);
-      clip_sum += masked_mean(((ratio - 1).abs() > options_.clip_epsilon).to(at::kFloat), mask);
-    }
-    return MinibatchLoss{-masked_mean(surrogate, mask), 0.5 * masked_mean(value_error, mask),
-                         masked_mean(model_->entropy(window), mask)};
+    PpoTokens tokens{model_->log_prob(window, rows_of(batch.actions)),
+                     rows_of(targets.anchor_log_probs),
+                     targets.behaviour_weights.defined() ? rows_of(targets.behaviour_weights) : at::Tensor(),
+                     rows_of(targets.advantages),
+                     rows_of(targets.returns),
+                     window.values,
+                     rows_of(targets.old_values),
+                     model_->entropy(window),
+                     rows_of(batch.step_mask)};
+    const PpoLossTerms terms = ppo_loss_terms(tokens, options_.clip_epsilon, options_.value_clip);
+    // Summed on the device over every optimizer step and read once per update.
+    kl_sum += terms.approx_kl;
+    clip_sum += terms.clip_fraction;
+    return MinibatchLoss{terms.policy, terms.value, terms.entropy};
   };
   train_on_minibatches(batch, loss_of, stats);
   const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
@@ -249,43 +217,6 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
   stats.clip_fraction = clip_sum.item<double>() / optimizer_steps;
   return stats;
 }
-
-namespace {
-
-struct VTraceMinibatchTargets {
-  at::Tensor vs, pg_advantages, clipped_rhos;  // [rows, T], on the host
-};
-
-// V-trace is a backward scan per episode: done on the host, in one copy each way, with
-// the minibatch's current values (so each optimizer step has fresh targets).
-VTraceMinibatchTargets vtrace_minibatch_targets(
-    const WindowBatch& batch, const WindowRows& rows_of, const at::Tensor& values,
-    const at::Tensor& log_probs, const std::vector<std::vector<const EpisodeSlot*>>& slots_of_row,
-    const LearnerOptions& options) {
-  torch::NoGradGuard no_grad;
-  const at::Tensor host_values = values.detach().to(at::kCPU);
-  VTraceMinibatchTargets out{at::zeros_like(host_values), at::zeros_like(host_values),
-                             at::zeros_like(host_values)};
-  const at::Tensor log_rhos = (log_probs.detach() - rows_of(batch.behaviour_log_probs)).to(at::kCPU);
-  const at::Tensor rewards = rows_of(batch.rewards).to(at::kCPU);
-  const auto picked = rows_of.host_index().accessor<int64_t, 1>();
-  for (int64_t position = 0; position < picked.size(0); ++position) {
-    for (const EpisodeSlot* slot : slots_of_row[picked[position]]) {
-      const double bootstrap =
-          slot->terminated ? 0.0 : host_values[position][slot->offset + slot->length].item<double>();
-      auto steps = [&](const at::Tensor& t) { return t[position].narrow(0, slot->offset, slot->length); };
-      const VTraceTargets targets =
-          vtrace_targets(steps(rewards) * options.reward_scale, steps(host_values), bootstrap,
-                         steps(log_rhos), options.gamma, options.rho_bar, options.c_bar);
-      steps(out.vs).copy_(targets.vs);
-      steps(out.pg_advantages).copy_(targets.pg_advantages);
-      steps(out.clipped_rhos).copy_(targets.clipped_rhos);
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 // Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
 // V-trace targets with the current values: more learning per env step than IMPALA's
@@ -299,8 +230,8 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
   const auto loss_of = [&](const WindowRows& rows_of, const PolicyWindow& window) {
     const at::Tensor mask = rows_of(batch.step_mask);
     const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
-    const VTraceMinibatchTargets targets =
-        vtrace_minibatch_targets(batch, rows_of, window.values, log_probs, slots_of_row, options_);
+    const VTraceRowTargets targets =
+        vtrace_row_targets(batch, rows_of, window.values, log_probs, slots_of_row, return_options(options_));
     const at::Tensor vs = targets.vs.to(mask.device());
     const at::Tensor pg_advantages = targets.pg_advantages.to(mask.device());
     {
