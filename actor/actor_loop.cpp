@@ -123,6 +123,7 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
   ++stats_.cache_invalidations;
   if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
   stats_.policy_version = policy_version;
+  stats_.applied_weights.record(policy_version, parameters_);
   if (!options_.keep_context_on_update) {
     model_->mark_weight_update();
     contexts_restarted_ = true;  // the next step starts every stream's context

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actor/vector_env.h"
+#include "common/comm/parameter_vector.h"
 #include "common/comm/staged_weights.h"
 #include "common/comm/transport.h"
 #include "common/model/actor_critic.h"
@@ -39,6 +40,7 @@ struct ActorStats {
   bool asked_to_stop = false;             // this actor received a stop signal
   RunEnd end = RunEnd::kFinished;         // as the learners said when they stopped
   std::vector<int64_t> episodes_sent_to;  // per learner
+  WeightChecksumLog applied_weights;      // each version as the actor's parameters hold it
 };
 
 struct ActorLoopOptions {

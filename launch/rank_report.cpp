@@ -16,6 +16,13 @@ nlohmann::json by_rank(const std::map<int, int64_t>& counts) {
   return out;
 }
 
+// {"versions": {"0": "1a2b3c4d", ...}, "not_kept": n}: the checksum of each weight version.
+nlohmann::json weight_checksums(const WeightChecksumLog& log) {
+  nlohmann::json versions = nlohmann::json::object();
+  for (const auto& [version, checksum] : log.entries()) versions[std::to_string(version)] = checksum;
+  return {{"versions", versions}, {"not_kept", log.versions_not_kept()}};
+}
+
 // Invalid UTF-8 (a path named in another encoding) becomes U+FFFD instead of an exception.
 std::string as_text(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -49,6 +56,7 @@ std::string learner_report_json(int rank, const LearnerStats& stats, const Learn
         {"during_backward", extras.allreduce_buckets_during_backward}}},
       {"last_checkpoint", stats.last_checkpoint},
       {"parameter_checksum", stats.parameter_checksum},
+      {"weights_synced", weight_checksums(stats.synced_weights)},
   };
   return as_text(report);
 }
@@ -66,6 +74,7 @@ std::string actor_report_json(int rank, const ActorStats& stats, int exit_code) 
       {"contexts_restarted", stats.contexts_restarted},
       {"graph_steps", stats.graph_steps},
       {"policy_version", stats.policy_version},
+      {"weights_applied", weight_checksums(stats.applied_weights)},
       {"partial_episodes_at_stop", stats.partial_episodes_at_stop},
       {"unsent_episodes_at_stop", stats.unsent_episodes_at_stop},
       {"asked_to_stop", stats.asked_to_stop},

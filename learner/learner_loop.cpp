@@ -15,17 +15,6 @@
 
 namespace kvrl {
 
-std::string parameter_checksum(torch::nn::Module& module) {
-  uint32_t crc = 0;
-  for (const auto& p : module.parameters()) {
-    const at::Tensor values = p.detach().to(at::kCPU, at::kFloat).contiguous();
-    crc = crc32(values.data_ptr<float>(), values.numel() * sizeof(float), crc);
-  }
-  char hex[9];
-  std::snprintf(hex, sizeof(hex), "%08x", crc);
-  return hex;
-}
-
 LearnerLoop::LearnerLoop(LearnerLoopOptions options, Transport& transport,
                          std::shared_ptr<Communicator> communicator, Learner& learner, EpisodeCodec codec,
                          std::shared_ptr<Logger> logger)
@@ -62,11 +51,13 @@ void LearnerLoop::send_weights() {
     for (const auto& p : parameters) announcement.parameter_count += p.numel();
     for (int actor : options_.actor_ranks)
       transport_.send(actor, MessageTag::kWeightsAnnounce, announcement.encode());
+    stats_.synced_weights.record(policy_version_, parameters);
     staged_weights_->start(parameters, policy_version_);
     return;
   }
-  const std::vector<uint8_t> bytes =
-      WeightsCodec::encode(policy_version_, flatten_parameters(learner_.model().parameters()));
+  const std::vector<at::Tensor> parameters = learner_.model().parameters();
+  stats_.synced_weights.record(policy_version_, parameters);
+  const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(parameters));
   for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeights, bytes);
 }
 
@@ -397,7 +388,7 @@ LearnerStats LearnerLoop::run() {
   stats_.lag_mean = lag_count_ ? lag_sum_ / lag_count_ : 0;
   if (!lag_count_) stats_.lag_min = 0;
   stats_.wall_seconds = elapsed();
-  stats_.parameter_checksum = parameter_checksum(learner_.model());
+  stats_.parameter_checksum = parameter_checksum(learner_.model().parameters());
   return stats_;
 }
 

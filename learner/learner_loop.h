@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/comm/parameter_vector.h"
 #include "common/comm/staged_weights.h"
 #include "common/comm/transport.h"
 #include "common/support/fault_injection.h"
@@ -68,7 +69,8 @@ struct LearnerStats {
   double lag_min = 0, lag_mean = 0, lag_max = 0;
   double mean_return = 0;  // over the last episodes (up to 100 per learner), all learners
   double wall_seconds = 0;
-  std::string parameter_checksum;  // CRC-32 of every parameter's bytes
+  std::string parameter_checksum;    // CRC-32 of every parameter's bytes
+  WeightChecksumLog synced_weights;  // learner 0: each version sent to the actors
   UpdateStats last_update;
   int64_t skipped_updates = 0;  // this run's updates skipped for non-finite values
   RunEnd end = RunEnd::kFinished;
@@ -144,8 +146,5 @@ class LearnerLoop {
 // would drop every episode until the next sync, which never comes (the learner waits for
 // a batch). Checked by TrainConfig and LearnerLoop.
 std::string policy_lag_problem(int64_t max_policy_lag, int64_t weight_sync_interval);
-
-// CRC-32 of the parameters' float32 bytes, as 8 hex digits: equal weights, equal checksums.
-std::string parameter_checksum(torch::nn::Module& module);
 
 }  // namespace kvrl

@@ -3,9 +3,11 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/from_blob.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "common/support/errors.h"
+#include "common/wire/crc32.h"
 
 namespace kvrl {
 
@@ -45,6 +47,25 @@ void assign_parameters(const at::Tensor& flat, std::vector<at::Tensor>& paramete
     p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
     offset += p.numel();
   }
+}
+
+std::string parameter_checksum(const std::vector<at::Tensor>& parameters) {
+  uint32_t crc = 0;
+  for (const auto& p : parameters) {
+    const at::Tensor values = p.detach().to(at::kCPU, at::kFloat).contiguous();
+    crc = crc32(values.data_ptr<float>(), values.numel() * sizeof(float), crc);
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", crc);
+  return hex;
+}
+
+void WeightChecksumLog::record(int64_t policy_version, const std::vector<at::Tensor>& parameters) {
+  if (entries_.size() >= kMaxVersions) {
+    ++versions_not_kept_;
+    return;
+  }
+  entries_.emplace_back(policy_version, parameter_checksum(parameters));
 }
 
 }  // namespace kvrl

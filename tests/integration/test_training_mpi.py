@@ -22,6 +22,18 @@ def stats(run_dir, ranks):
     return [json.load(open(os.path.join(run_dir, f"rank{r}.json"))) for r in range(ranks)]
 
 
+def assert_every_applied_version_is_learner_zeros(learner, actors, minimum_versions):
+    """After every weight sync, each actor's parameters hash to learner 0's for that version."""
+    synced = learner["weights_synced"]
+    assert synced["not_kept"] == 0 and len(synced["versions"]) >= minimum_versions, synced
+    assert len(set(synced["versions"].values())) == len(synced["versions"]), "an update left the weights as they were"
+    for actor in actors:
+        applied = actor["weights_applied"]["versions"]
+        assert len(applied) >= 2, actor  # the initial weights and at least one update
+        for version, checksum in applied.items():
+            assert synced["versions"].get(version) == checksum, (actor["rank"], version, checksum)
+
+
 def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_path):
     result = mpirun(3, f"run.dir={tmp_path}", "run.max_updates=6", "learner.steps_per_update=512",
                     "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.threads=2",
@@ -43,6 +55,7 @@ def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_p
     assert learner["episodes_received"] == learner["episodes_used"] + sum(learner["dropped"].values())
     assert learner["announced_by"] == {str(a["rank"]): a["episodes_sent"] for a in actors}
     assert os.path.exists(tmp_path / "config.yaml")
+    assert_every_applied_version_is_learner_zeros(learner, actors, minimum_versions=7)
 
 
 def test_restarting_contexts_instead_is_a_config_choice(tmp_path):
@@ -94,6 +107,8 @@ def test_staged_weight_broadcast_over_mpi_reaches_every_actor(tmp_path):
     for actor in actors:
         assert actor["weight_updates_applied"] >= 1, actor
         assert 1 <= actor["policy_version"] <= 5, actor
+    assert_every_applied_version_is_learner_zeros(first, actors, minimum_versions=6)
+    assert second["weights_synced"]["versions"] == {}, "only learner 0 sends weights"
     for rank in (0, 2, 3):
         log = open(tmp_path / f"rank{rank}.log").read()
         assert "weights go to the actors by announced MPI_Ibcast broadcasts into staging buffers" in log, rank

@@ -8,8 +8,10 @@
 
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,7 +90,7 @@ LearnerStats run_learner(const RunPlan& plan, InProcessNetwork& network, const E
                          const ActorCriticOptions& policy, std::string& initial_checksum) {
   torch::manual_seed(1);
   auto model = std::make_shared<ActorCritic>(policy);
-  initial_checksum = parameter_checksum(*model);
+  initial_checksum = parameter_checksum(model->parameters());
   LearnerOptions learning;
   learning.epochs = plan.epochs;
   learning.minibatches = 2;
@@ -146,7 +148,8 @@ RunOutcome run_in_process(const RunPlan& plan) {
   guarded([&] { outcome.learner = run_learner(plan, network, codec, policy, outcome.initial_checksum); });
   for (std::thread& thread : threads) thread.join();
   if (first_failure) std::rethrow_exception(first_failure);
-  for (const auto& model : actor_models) outcome.actor_checksums.push_back(parameter_checksum(*model));
+  for (const auto& model : actor_models)
+    outcome.actor_checksums.push_back(parameter_checksum(model->parameters()));
   return outcome;
 }
 
@@ -306,3 +309,24 @@ TEST(InProcessTransport, KeepsOrderPerDestinationAndAFullInboxHoldsBackOnlyItsOw
 
 }  // namespace
 }  // namespace kvrl
+
+// Every version an actor applied holds learner 0's parameters of that version, not only the
+// last one: a sync that assigned the wrong weights, or the right weights under a wrong
+// version number, would show here.
+TEST(InProcessLoops, EveryAppliedVersionHoldsTheLearnersWeightsOfThatVersion) {
+  const RunOutcome run = run_in_process(RunPlan{});
+  std::map<int64_t, std::string> synced(run.learner.synced_weights.entries().begin(),
+                                        run.learner.synced_weights.entries().end());
+  ASSERT_GE(synced.size(), 3u);
+  std::set<std::string> distinct;
+  for (const auto& [version, checksum] : synced) distinct.insert(checksum);
+  EXPECT_EQ(distinct.size(), synced.size()) << "every update changes the weights";
+  for (size_t a = 0; a < run.actors.size(); ++a) {
+    const auto& applied = run.actors[a].applied_weights.entries();
+    EXPECT_GE(applied.size(), 2u) << "actor rank " << a + 1;
+    for (const auto& [version, checksum] : applied) {
+      ASSERT_TRUE(synced.count(version)) << "actor rank " << a + 1 << " applied version " << version;
+      EXPECT_EQ(checksum, synced[version]) << "actor rank " << a + 1 << " version " << version;
+    }
+  }
+}
