@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actor/env_registry.h"
+#include "actor/vector_env.h"
 #include "common/io/torch_file.h"
 #include "common/support/errors.h"
 
@@ -66,15 +67,21 @@ struct RolloutRequest {
   at::Tensor states;
 };
 
+int64_t seed_from(const c10::impl::GenericDict& input) {
+  if (!input.contains("seed")) return 0;
+  if (!input.at("seed").isInt()) {
+    throw MalformedInputError("input['seed'] must be an int (the reset seed), got a " +
+                              input.at("seed").tagKind());
+  }
+  return input.at("seed").toInt();
+}
+
 RolloutRequest request_from(const c10::impl::GenericDict& input, int64_t action_size) {
   RolloutRequest request;
   if (input.contains("state")) {
     request.state = required_tensor(input, "state", "a float64 tensor").to(at::kDouble).contiguous();
   }
-  if (input.contains("seed")) {
-    if (!input.at("seed").isInt()) throw MalformedInputError("input['seed'] must be an int");
-    request.seed = input.at("seed").toInt();
-  }
+  request.seed = seed_from(input);
   request.actions =
       required_tensor(input, "actions", "a float tensor [T, action_size]").to(at::kFloat).contiguous();
   if (request.actions.dim() != 2 || request.actions.size(1) != action_size) {
@@ -135,12 +142,53 @@ c10::impl::GenericDict roll_out(Environment& env, const RolloutRequest& request)
   return output;
 }
 
+// Reset mode's bound on "resets": enough for moment tests, small enough that a typo cannot
+// build millions of environments.
+constexpr int64_t kMaxResets = 100000;
+
+// Reset mode: {"observations": float32 [resets, obs]}, the first observations of `resets`
+// environments reset as an actor resets them (VectorEnv: episode 0 of environment i gets a
+// seed derived from (seed, i)), so tests can compare kvrl's own initial-state distribution
+// with a reference's.
+c10::impl::GenericDict draw_resets(const c10::impl::GenericDict& input) {
+  for (const auto& entry : input) {
+    const std::string key = entry.key().isString() ? entry.key().toStringRef() : "<not a string>";
+    if (key != "name" && key != "plugin" && key != "options" && key != "resets" && key != "seed") {
+      throw MalformedInputError(
+          "input['" + key +
+          "'] is not allowed with input['resets'] (which draws initial observations "
+          "from kvrl's own reset; allowed: name, plugin, options, resets, seed): drop '" +
+          key + "', or drop 'resets' to roll out from a state");
+    }
+  }
+  const c10::IValue& resets = input.at("resets");
+  if (!resets.isInt() || resets.toInt() < 1 || resets.toInt() > kMaxResets) {
+    throw MalformedInputError("input['resets'] must be an int in [1, " + std::to_string(kMaxResets) +
+                              "] (how many initial observations to draw), got " +
+                              (resets.isInt() ? std::to_string(resets.toInt()) : "a " + resets.tagKind()));
+  }
+  std::vector<std::unique_ptr<Environment>> envs;
+  envs.reserve(static_cast<size_t>(resets.toInt()));
+  for (int64_t i = 0; i < resets.toInt(); ++i) envs.push_back(environment_from(input));
+  VectorEnv vector_env(std::move(envs), static_cast<uint64_t>(seed_from(input)));
+  vector_env.reset();
+  c10::impl::GenericDict output(c10::StringType::get(), c10::AnyType::get());
+  output.insert(
+      "observations",
+      floats_to_tensor(vector_env.observations()).view({resets.toInt(), vector_env.observation_size()}));
+  return output;
+}
+
 }  // namespace
 
 void run_env_rollout(const std::string& in_path, const std::string& out_path) {
   const c10::IValue root = read_torch_file(in_path);
   if (!root.isGenericDict()) throw MalformedInputError("'" + in_path + "' must hold a dict");
   const auto input = root.toGenericDict();
+  if (input.contains("resets")) {
+    write_torch_file(out_path, draw_resets(input));
+    return;
+  }
   const std::unique_ptr<Environment> env = environment_from(input);
   const RolloutRequest request = request_from(input, env->action_space().flat_size());
   write_torch_file(out_path, roll_out(*env, request));
