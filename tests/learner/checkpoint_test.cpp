@@ -109,6 +109,68 @@ TEST_F(CheckpointTest, RestoresParametersOptimizerStateCountersAndRng) {
   EXPECT_TRUE(same(snapshot(*fresh), snapshot(*trained)));
 }
 
+// A learner-only replay: updates 1..7 on batches that differ per update, under a linear
+// learning-rate schedule, without reseeding anywhere. A run checkpointed after update 3
+// and resumed in a fresh learner (other initial weights, the RNG disturbed) must reach
+// bit-identical parameters at update 7, which needs the parameters, Adam's moments and
+// step counts, the update count (the schedule's position; the minibatch order derives
+// from it) and the RNG (dropout draws from it) all restored. Resumes that
+// lose one of them are shown to end elsewhere, so the equality is not an accident.
+std::unique_ptr<Learner> make_scheduled_learner(uint64_t seed) {
+  torch::manual_seed(seed);
+  LearnerOptions options;
+  options.epochs = 2;
+  options.minibatches = 2;
+  options.lr_schedule = "linear";
+  options.planned_updates = 10;
+  options.learning_rate = 3e-3;
+  ActorCriticOptions model = two_action_model(8, 16);
+  model.transformer.dropout = 0.1;  // so that updates draw from the RNG
+  return std::make_unique<Learner>(std::make_shared<ActorCritic>(model), options,
+                                   std::make_shared<LocalCommunicator>());
+}
+
+std::vector<Episode> batch_of_update(int64_t update) {
+  return {episode_of_length(2 + update % 4), episode_of_length(5, false, 0.5f * static_cast<float>(update)),
+          episode_of_length(3 + update % 3), episode_of_length(4, update % 2 == 0)};
+}
+
+void train_updates(Learner& learner, int64_t first, int64_t last) {
+  for (int64_t update = first; update <= last; ++update) learner.update(batch_of_update(update));
+}
+
+enum class ResumeFlaw { kNone, kRngReseeded, kScheduleRestarted, kMomentsLost };
+
+std::vector<at::Tensor> resumed_run(const std::string& path, ResumeFlaw flaw) {
+  auto resumed = make_scheduled_learner(77);
+  torch::manual_seed(12345);  // a new process's RNG is anywhere
+  read_checkpoint(path, *resumed);
+  if (flaw == ResumeFlaw::kRngReseeded) torch::manual_seed(12345);
+  if (flaw == ResumeFlaw::kScheduleRestarted) resumed->restore_update_count(0);
+  if (flaw == ResumeFlaw::kMomentsLost) resumed->optimizer().state().clear();
+  train_updates(*resumed, 4, 7);
+  return snapshot(*resumed);
+}
+
+TEST_F(CheckpointTest, AResumedRunReplaysTheUninterruptedOneBitForBit) {
+  auto uninterrupted = make_scheduled_learner(1);
+  train_updates(*uninterrupted, 1, 7);
+  const std::vector<at::Tensor> expected = snapshot(*uninterrupted);
+
+  auto interrupted = make_scheduled_learner(1);
+  train_updates(*interrupted, 1, 3);
+  const std::string path = (dir_ / "update-3.pt").string();
+  write_checkpoint(path, *interrupted, progress_at(3), "");
+  interrupted.reset();
+
+  EXPECT_TRUE(same(resumed_run(path, ResumeFlaw::kNone), expected));
+  EXPECT_FALSE(same(resumed_run(path, ResumeFlaw::kRngReseeded), expected)) << "the replay ignores the RNG";
+  EXPECT_FALSE(same(resumed_run(path, ResumeFlaw::kScheduleRestarted), expected))
+      << "the replay ignores the update count";
+  EXPECT_FALSE(same(resumed_run(path, ResumeFlaw::kMomentsLost), expected))
+      << "the replay ignores Adam's moments";
+}
+
 TEST_F(CheckpointTest, KeepsTheNewestAndLeavesNoTemporaryFiles) {
   auto learner = make_learner(1);
   CheckpointDirectory directory((dir_ / "checkpoints").string(), 2);
