@@ -22,6 +22,11 @@ def kvrl_rollout(kvrl_bin, tmp_path, name, state, actions, options=None, states=
                "actions": torch.as_tensor(np.asarray(actions, dtype=np.float32))}
     if states is not None:
         payload["states"] = torch.as_tensor(np.asarray(states, dtype=np.float64))
+    return env_rollout(kvrl_bin, tmp_path, payload, options)
+
+
+def env_rollout(kvrl_bin, tmp_path, payload, options=None):
+    """Runs `kvrl env-rollout` on `payload` (with `options` when given); returns its output."""
     if options:
         payload["options"] = options
     torch.save(payload, tmp_path / "in.pt")
@@ -155,14 +160,8 @@ EDGE_FRACTION = 0.005
 
 
 def kvrl_resets(kvrl_bin, tmp_path, name, n, seed, options=None):
-    payload = {"name": name, "resets": n, "seed": seed}
-    if options:
-        payload["options"] = options
-    torch.save(payload, tmp_path / "in.pt")
-    result = subprocess.run([kvrl_bin, "env-rollout", str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return torch.load(tmp_path / "out.pt", weights_only=True)["observations"].numpy().astype(np.float64)
+    output = env_rollout(kvrl_bin, tmp_path, {"name": name, "resets": n, "seed": seed}, options)
+    return output["observations"].numpy().astype(np.float64)
 
 
 def reference_resets(env, n, seed, encode=np.asarray):

@@ -17,6 +17,16 @@ TOLERANCE = {"float32": 1e-5, "float64": 1e-10, "bfloat16": 5e-2}
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
+def build_reference(config, seed, dtype=torch.float32):
+    torch.manual_seed(seed)
+    reference = TransformerModule(**config, in_key="observation", out_key="embed")
+    with torch.no_grad():  # move the norms off their ones/zeros init so they matter
+        for name, parameter in reference.named_parameters():
+            if "norm" in name:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    return reference.to(dtype)
+
+
 def random_case(seed, dtype_name, aligned):
     generator = torch.Generator().manual_seed(seed)
 
@@ -32,13 +42,7 @@ def random_case(seed, dtype_name, aligned):
         max_seq_len=pick(8, 13, 24),
         dim_feedforward=pick(None, 7, 32),
     )
-    torch.manual_seed(seed)
-    reference = TransformerModule(**config, in_key="observation", out_key="embed")
-    with torch.no_grad():  # move the norms off their ones/zeros init so they matter
-        for name, parameter in reference.named_parameters():
-            if "norm" in name:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    reference = reference.to(DTYPES[dtype_name])
+    reference = build_reference(config, seed, DTYPES[dtype_name])
     batch = pick(1, 2, 4)
     time = min(config["max_seq_len"], pick(5, 8, 13))
     features = torch.randn(batch, time, config["input_size"], generator=generator)
@@ -181,16 +185,6 @@ REALISTIC_CASES = {
     "hidden128_T300_B32_packed": (6, 128, 4, 3, 300, 32, 300, 0.02),
     "hidden64_T257_B32_short_episodes": (4, 64, 2, 1, 300, 32, 257, 0.15),
 }
-
-
-def build_reference(config, seed, dtype=torch.float32):
-    torch.manual_seed(seed)
-    reference = TransformerModule(**config, in_key="observation", out_key="embed")
-    with torch.no_grad():  # move the norms off their ones/zeros init so they matter
-        for name, parameter in reference.named_parameters():
-            if "norm" in name:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    return reference.to(dtype)
 
 
 def episode_inputs(generator, batch, time, input_size, init_rate, aligned=True):
