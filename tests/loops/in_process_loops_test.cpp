@@ -307,9 +307,6 @@ TEST(InProcessTransport, KeepsOrderPerDestinationAndAFullInboxHoldsBackOnlyItsOw
   EXPECT_THROW(sender.send(3, MessageTag::kCredit, {}), InvalidArgumentError);
 }
 
-}  // namespace
-}  // namespace kvrl
-
 // Every version an actor applied holds learner 0's parameters of that version, not only the
 // last one: a sync that assigned the wrong weights, or the right weights under a wrong
 // version number, would show here.
@@ -330,3 +327,6 @@ TEST(InProcessLoops, EveryAppliedVersionHoldsTheLearnersWeightsOfThatVersion) {
     }
   }
 }
+
+}  // namespace
+}  // namespace kvrl
