@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -13,7 +14,7 @@
 #include "common/comm/device_placement.h"
 #include "common/support/errors.h"
 #include "common/support/number_text.h"
-#include "learner/learner_loop.h"
+#include "learner/policy_lag.h"
 
 namespace kvrl {
 namespace {
@@ -26,6 +27,26 @@ struct Field {
   std::function<void(TrainConfig&, const std::string& key, const std::string& text)> set;
   std::function<std::string(const TrainConfig&)> get;
 };
+
+// `value` as text that parses back to it exactly: six significant digits where they do
+// (the effective config reads as people write it), more where they do not, so that a
+// resumed run, which reads its effective config back, trains with the same numbers.
+std::string number_text(double value) {
+  char text[32];
+  for (int digits = 6;; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (digits >= std::numeric_limits<double>::max_digits10 || parse_number(text) == value) return text;
+  }
+}
+
+// `text` as a YAML scalar that reads back as the same text: plain where that is safe, else
+// quoted with escapes (yaml-cpp's emitter decides), so that a run directory or an option
+// name like "a: b" survives the effective config.
+std::string yaml_scalar(const std::string& text) {
+  YAML::Emitter out;
+  out << text;
+  return out.c_str();
+}
 
 [[noreturn]] void fail(const std::string& key, const std::string& text, const std::string& allowed) {
   throw InvalidArgumentError("config key '" + key + "' = '" + text + "': " + allowed);
@@ -64,11 +85,7 @@ Field float_field(std::string key, Member member, double low, double high, std::
             if (!value || *value < low || *value > high) fail(k, text, "expected " + allowed);
             member(c) = *value;
           },
-          [=](const TrainConfig& c) {
-            std::ostringstream out;
-            out << member(c);
-            return out.str();
-          }};
+          [=](const TrainConfig& c) { return number_text(member(c)); }};
 }
 
 template <typename Member>
@@ -328,7 +345,37 @@ const std::vector<Field>& schema() {
   return fields;
 }
 
+// Whether `text` is UTF-8 without surrogates or noncharacters: what the effective config
+// can hold, since yaml-cpp's emitter writes anything else as U+FFFD.
+bool is_unicode_text(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const size_t length = lead < 0x80                   ? 1
+                          : lead >= 0xc2 && lead < 0xe0 ? 2
+                          : lead >= 0xe0 && lead < 0xf0 ? 3
+                          : lead >= 0xf0 && lead < 0xf5 ? 4
+                                                        : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    uint32_t code_point = length == 1 ? lead : lead & (0x3f >> (length - 1));
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code_point = (code_point << 6) | (next & 0x3f);
+    }
+    const uint32_t shortest_from[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code_point < shortest_from[length] || code_point > 0x10ffff ||
+        (code_point >= 0xd800 && code_point <= 0xdfff) || (code_point >= 0xfdd0 && code_point <= 0xfdef) ||
+        (code_point & 0xfffe) == 0xfffe) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 void apply(TrainConfig& config, const std::string& key, const std::string& text) {
+  if (!is_unicode_text(key) || !is_unicode_text(text))
+    fail(key, text, "expected UTF-8 text (what the effective config, which a resumed run reads, can hold)");
   static const std::string kEnvOptions = "env.options.";
   if (key.rfind(kEnvOptions, 0) == 0 && key.size() > kEnvOptions.size()) {
     const std::optional<double> value = parse_number(text);
@@ -345,13 +392,29 @@ void apply(TrainConfig& config, const std::string& key, const std::string& text)
   throw InvalidArgumentError("unknown config key '" + key + "' (the keys are listed in docs/config.md)");
 }
 
-void flatten(const YAML::Node& node, const std::string& prefix,
+// Bounds on the YAML tree walked: keys nest three deep (env.options.<name>) and a config
+// has about 70, but aliases make a graph of the tree. Without them a few bytes would
+// recurse until the stack overflows (`a: &a {b: *a}`, a map inside itself) or expand for
+// hours (each of 40 maps aliasing the one before it twice).
+constexpr int kMaxConfigDepth = 16;
+constexpr size_t kMaxConfigNodes = 10000;
+
+void flatten(const YAML::Node& node, const std::string& prefix, int depth, size_t& nodes,
              std::vector<std::pair<std::string, std::string>>& out) {
+  if (++nodes > kMaxConfigNodes) {
+    throw InvalidArgumentError("the config holds more than " + std::to_string(kMaxConfigNodes) +
+                               " values (YAML aliases that expand into more aliases?)");
+  }
   if (node.IsMap()) {
+    if (depth == kMaxConfigDepth) {
+      throw InvalidArgumentError("config key '" + prefix.substr(0, 200) + "' nests deeper than " +
+                                 std::to_string(kMaxConfigDepth) +
+                                 " levels (a YAML alias of a map inside itself?)");
+    }
     for (const auto& item : node)
       flatten(item.second,
               prefix.empty() ? item.first.as<std::string>() : prefix + "." + item.first.as<std::string>(),
-              out);
+              depth + 1, nodes, out);
   } else if (node.IsScalar()) {
     out.emplace_back(prefix, node.Scalar());
   } else if (node.IsNull()) {
@@ -375,7 +438,8 @@ std::vector<std::pair<std::string, std::string>> config_entries(const std::strin
     const YAML::Node root = YAML::Load(yaml_text);
     if (root && !root.IsNull()) {
       if (!root.IsMap()) throw InvalidArgumentError("the config must be a YAML mapping of keys to values");
-      flatten(root, "", entries);
+      size_t nodes = 0;
+      flatten(root, "", /*depth=*/0, nodes, entries);
     }
   } catch (const YAML::Exception& error) {
     throw InvalidArgumentError(std::string("the config is not valid YAML: ") + error.what());
@@ -462,13 +526,9 @@ TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::st
 std::string TrainConfig::to_yaml() const {
   std::map<std::string, std::string> values;
   for (const Field& field : schema()) values[field.key] = field.get(*this);
-  for (const auto& [name, value] : env_options) {
-    std::ostringstream out;
-    out << value;
-    values["env.options." + name] = out.str();
-  }
+  for (const auto& [name, value] : env_options) values["env.options." + name] = number_text(value);
   std::ostringstream yaml;
-  for (const auto& [key, value] : values) yaml << key << ": " << (value.empty() ? "\"\"" : value) << "\n";
+  for (const auto& [key, value] : values) yaml << yaml_scalar(key) << ": " << yaml_scalar(value) << "\n";
   return yaml.str();
 }
 

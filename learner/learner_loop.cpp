@@ -113,13 +113,6 @@ void LearnerLoop::receive(const Message& message, bool stopping) {
   }
 }
 
-std::string policy_lag_problem(int64_t max_policy_lag, int64_t weight_sync_interval) {
-  if (max_policy_lag <= 0 || max_policy_lag >= weight_sync_interval - 1) return "";
-  return "learner.max_policy_lag (" + std::to_string(max_policy_lag) + ") must be 0 (keep all) or at least " +
-         "learner.weight_sync_interval - 1 (" + std::to_string(weight_sync_interval - 1) +
-         "): actors act with weights up to that many versions old, and every episode would be dropped";
-}
-
 bool LearnerLoop::too_stale(const Episode& episode) const {
   return options_.max_policy_lag > 0 &&
          policy_version_ - episode.oldest_policy_version() > options_.max_policy_lag;

@@ -28,6 +28,7 @@
 #include "common/wire/episode_codec.h"
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
+#include "learner/policy_lag.h"
 #include "learner/run_reporter.h"
 
 namespace kvrl {
@@ -140,11 +141,5 @@ class LearnerLoop {
   Clock::time_point start_, last_log_, last_checkpoint_time_, last_update_time_;
   int64_t steps_at_last_log_ = 0, updates_at_last_log_ = 0;
 };
-
-// Why a max_policy_lag cannot work with a weight_sync_interval, or "" when it can: the
-// actors act with weights up to interval - 1 versions old, so a smaller positive limit
-// would drop every episode until the next sync, which never comes (the learner waits for
-// a batch). Checked by TrainConfig and LearnerLoop.
-std::string policy_lag_problem(int64_t max_policy_lag, int64_t weight_sync_interval);
 
 }  // namespace kvrl

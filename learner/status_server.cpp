@@ -7,38 +7,17 @@
 // clang-format on
 #include <boost/asio.hpp>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "common/support/errors.h"
 #include "common/support/logger.h"
+#include "learner/status_request.h"
 
 namespace kvrl {
 namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-
-struct Response {
-  int code;
-  std::string reason;
-  std::string content_type;
-  std::string body;
-};
-
-std::string serialize(const Response& response, bool head_only) {
-  std::ostringstream out;
-  out << "HTTP/1.1 " << response.code << ' ' << response.reason << "\r\n"
-      << "Content-Type: " << response.content_type << "\r\n"
-      << "Content-Length: " << response.body.size() << "\r\n"
-      << "Cache-Control: no-store\r\nConnection: close\r\n\r\n";
-  if (!head_only) out << response.body;
-  return out.str();
-}
-
-Response error_response(int code, const std::string& reason) {
-  return {code, reason, "text/plain; charset=utf-8", std::to_string(code) + " " + reason + "\n"};
-}
 
 }  // namespace
 
@@ -48,13 +27,12 @@ struct StatusServer::Impl {
   std::thread thread;
   std::shared_ptr<Logger> logger;
   std::mutex mutex;
-  std::string status_json = "{}";
-  std::string metrics_text;
+  StatusBodies bodies;  // guarded by mutex
 
   // One connection: read the request head, answer, close.
   struct Session : std::enable_shared_from_this<Session> {
     Session(Impl& server, tcp::socket socket)
-        : server(server), socket(std::move(socket)), timer(server.io), buffer(kMaxRequestBytes) {}
+        : server(server), socket(std::move(socket)), timer(server.io), buffer(kMaxStatusRequestBytes) {}
 
     void start() {
       timer.expires_after(std::chrono::seconds(5));
@@ -68,38 +46,20 @@ struct StatusServer::Impl {
     }
 
     void on_request(const boost::system::error_code& error) {
-      if (error == asio::error::not_found)
-        return reply(error_response(431, "Request Header Fields Too Large"), false);
-      if (error) return;  // closed, reset or timed out
-      std::istream in(&buffer);
-      std::string line;
-      std::getline(in, line);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      std::istringstream request_line(line);
-      std::string method, target, version, extra;
-      request_line >> method >> target >> version;
-      if (method.empty() || target.empty() || version.rfind("HTTP/1.", 0) != 0 || (request_line >> extra) ||
-          target.front() != '/') {
-        return reply(error_response(400, "Bad Request"), false);
-      }
-      if (method != "GET" && method != "HEAD") return reply(error_response(405, "Method Not Allowed"), false);
-      const std::string path = target.substr(0, target.find('?'));
-      Response response;
+      // not_found: the buffer filled up without the blank line that ends a head (431).
+      if (error && error != asio::error::not_found) return;  // closed, reset or timed out
+      const auto received = buffer.data();
+      std::string answer;
       {
         std::lock_guard<std::mutex> lock(server.mutex);
-        if (path == "/metrics") {
-          response = {200, "OK", "text/plain; version=0.0.4; charset=utf-8", server.metrics_text};
-        } else if (path == "/status") {
-          response = {200, "OK", "application/json", server.status_json};
-        } else {
-          response = error_response(404, "Not Found");
-        }
+        answer = answer_status_request(
+            std::string_view(static_cast<const char*>(received.data()), received.size()), server.bodies);
       }
-      reply(response, method == "HEAD");
+      reply(std::move(answer));
     }
 
-    void reply(const Response& response, bool head_only) {
-      auto bytes = std::make_shared<std::string>(serialize(response, head_only));
+    void reply(std::string answer) {
+      auto bytes = std::make_shared<std::string>(std::move(answer));
       asio::async_write(socket, asio::buffer(*bytes),
                         [self = shared_from_this(), bytes](const boost::system::error_code&, size_t) {
                           boost::system::error_code ignored;
@@ -154,8 +114,8 @@ StatusServer::~StatusServer() {
 
 void StatusServer::publish(std::string status_json, std::string metrics_text) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->status_json = std::move(status_json);
-  impl_->metrics_text = std::move(metrics_text);
+  impl_->bodies.status_json = std::move(status_json);
+  impl_->bodies.metrics_text = std::move(metrics_text);
 }
 
 int StatusServer::port() const { return impl_->acceptor.local_endpoint().port(); }

@@ -2,10 +2,10 @@
 //   GET /metrics  the Prometheus text exposition format (version 0.0.4)
 //   GET /status   JSON: config hash, ranks and roles, versions, counters
 // Read-only: any other method gets 405, any other path 404, a request that is not
-// HTTP/1.x 400, a request head over 8 KiB 431, and a client that sends nothing for 5 s is
-// dropped. Every response closes its connection. The training loop publishes both bodies
-// after each update; requests are answered from the last published copy and never wait
-// on training.
+// HTTP/1.x 400, a request head over 8 KiB 431 (these rules: learner/status_request.h), and
+// a client that sends nothing for 5 s is dropped. Every response closes its connection.
+// The training loop publishes both bodies after each update; requests are answered from
+// the last published copy and never wait on training.
 #pragma once
 
 #include <memory>
@@ -17,8 +17,6 @@ class Logger;
 
 class StatusServer {
  public:
-  static constexpr size_t kMaxRequestBytes = 8192;
-
   // Binds `address`:`port` (port 0 is not allowed here: the caller decides whether to
   // serve at all) and starts serving. Throws InvalidArgumentError naming the address when
   // it is not an IP address, Error when the port cannot be bound.

@@ -24,17 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "common/comm/weight_announcement.h"
+
 namespace kvrl {
-
-// The MPI message that announces a broadcast (MessageTag::kWeightsAnnounce).
-struct WeightAnnouncement {
-  int64_t policy_version = 0;
-  int64_t parameter_count = 0;
-
-  std::vector<uint8_t> encode() const;
-  // Throws MalformedMessageError on a message of the wrong size or with a negative field.
-  static WeightAnnouncement decode(const std::vector<uint8_t>& bytes);
-};
 
 // A broadcast this rank has joined.
 class PendingBroadcast {

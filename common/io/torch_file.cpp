@@ -3,11 +3,13 @@
 #include <ATen/ops/empty.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/support/errors.h"
@@ -32,15 +34,8 @@ const std::string* global_name(const c10::IValue& value) {
   return ref ? &ref->name : nullptr;
 }
 
-// Whether a global hides in `value`, which only tuples can carry before they land in a
-// dict, a list or the result.
-bool holds_global(const c10::IValue& value) {
-  if (value.isCapsule()) return true;
-  if (!value.isTuple()) return false;
-  for (const auto& item : value.toTupleRef().elements()) {
-    if (holds_global(item)) return true;
-  }
-  return false;
+bool is_container(const c10::IValue& value) {
+  return value.isList() || value.isGenericDict() || value.isTuple();
 }
 
 const std::unordered_map<std::string, c10::ScalarType>& storage_dtypes() {
@@ -136,29 +131,81 @@ class PickleInterpreter {
     stack_.push_back(it->second);
   }
 
-  static c10::impl::GenericDict new_dict() {
-    return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
+  // Every list, dict and tuple the program makes is registered with its nesting depth. A
+  // list or dict put into another container is frozen: changing it later is refused, so no
+  // container comes to hold itself (a cycle would leak and send a walk over the result
+  // round forever), and a depth, once its container is put away, stays what it was, so
+  // nesting is bounded (destroying a deeper value would recurse off the stack). Python's
+  // pickler finishes each container before putting it into another; only an object that
+  // refers to itself makes it change a frozen one.
+  c10::IValue registered(c10::IValue container, int depth, bool holds_a_global = false) {
+    if (depth > kMaxDepth) fail("containers nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    const void* key = container.internalToPointer();
+    depth_[key] = depth;
+    if (holds_a_global) tuples_with_globals_.insert(key);
+    containers_.push_back(container);  // so no later container reuses its address
+    return container;
   }
+  int depth_of(const c10::IValue& value) const {
+    if (!is_container(value)) return 0;
+    const auto it = depth_.find(value.internalToPointer());
+    return it == depth_.end() ? 1 : it->second;
+  }
+  // Whether a global hides in `value`: only tuples can carry one before it lands in a
+  // dict, a list or the result.
+  bool holds_global(const c10::IValue& value) const {
+    return value.isCapsule() ||
+           (value.isTuple() && tuples_with_globals_.count(value.internalToPointer()) > 0);
+  }
+  c10::IValue new_dict() {
+    return registered(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()), /*depth=*/1);
+  }
+  c10::IValue new_tuple(std::vector<c10::IValue> items) {
+    int depth = 0;
+    bool global = false;
+    for (const auto& item : items) {
+      depth = std::max(depth, depth_of(item));
+      global = global || holds_global(item);
+      if (item.isList() || item.isGenericDict()) frozen_.insert(item.internalToPointer());
+    }
+    return registered(c10::ivalue::Tuple::create(std::move(items)), depth + 1, global);
+  }
+  // Checks `item` before it goes into `target`, the list or dict at the top of the stack.
+  void check_insert(const c10::IValue& target, const c10::IValue& item) {
+    if (holds_global(item)) fail("a global is not a value");
+    const void* key = target.internalToPointer();
+    if (frozen_.count(key) > 0)
+      fail("a list or dict changed after it was put into another (it refers to itself)");
+    if (!is_container(item)) return;
+    if (item.internalToPointer() == key) fail("a list or dict put into itself");
+    const int depth = depth_of(item) + 1;
+    if (depth > kMaxDepth) fail("containers nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    depth_[key] = std::max(depth_[key], depth);
+    if (!item.isTuple()) frozen_.insert(item.internalToPointer());
+  }
+  // What c10's dict can hash (it throws c10::Error on a None key, which Python allows).
   static bool hashable(const c10::IValue& key) {
-    return key.isString() || key.isInt() || key.isBool() || key.isDouble() || key.isNone();
+    return key.isString() || key.isInt() || key.isBool() || key.isDouble();
   }
-  void set_items(c10::impl::GenericDict& dict, std::vector<c10::IValue>& items) {
+  void set_items(std::vector<c10::IValue>& items) {
+    const c10::IValue& target = top();
+    if (!target.isGenericDict()) fail("SETITEM(S) target is not a dict");
     if (items.size() % 2 != 0) fail("SETITEMS with an odd number of items");
+    auto dict = target.toGenericDict();
     for (size_t i = 0; i < items.size(); i += 2) {
       if (!hashable(items[i])) fail("dict key of type " + items[i].tagKind() + " is not supported");
-      if (holds_global(items[i + 1])) fail("a global is not a value");
+      check_insert(target, items[i + 1]);
       dict.insert_or_assign(std::move(items[i]), std::move(items[i + 1]));
     }
   }
-  c10::impl::GenericDict dict_at_top() {
-    const c10::IValue& target = top();
-    if (!target.isGenericDict()) fail("SETITEM(S) target is not a dict");
-    return target.toGenericDict();
-  }
-  c10::impl::GenericList list_at_top() {
+  void append(std::vector<c10::IValue>& items) {
     const c10::IValue& target = top();
     if (!target.isList()) fail("APPEND(S) target is not a list");
-    return target.toList();
+    auto list = target.toList();
+    for (auto& item : items) {
+      check_insert(target, item);
+      list.push_back(std::move(item));
+    }
   }
 
   void execute(unsigned char opcode) {
@@ -176,10 +223,10 @@ class PickleInterpreter {
         push(new_dict());
         return;
       case ']':
-        push(c10::impl::GenericList(c10::AnyType::get()));
+        push(registered(c10::impl::GenericList(c10::AnyType::get()), /*depth=*/1));
         return;
       case ')':
-        push(c10::ivalue::Tuple::create({}));
+        push(new_tuple({}));
         return;
       case '(':
         if (marks_.size() >= kMaxStack) fail("too many MARKs");
@@ -245,42 +292,36 @@ class PickleInterpreter {
         memo_get(read_little<uint32_t>());
         return;
       case 't':
-        push(c10::ivalue::Tuple::create(pop_to_mark()));
+        push(new_tuple(pop_to_mark()));
         return;
       case 0x85:
       case 0x86:
       case 0x87: {  // TUPLE1..3
         std::vector<c10::IValue> items(opcode - 0x84);
         for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop_value();
-        push(c10::ivalue::Tuple::create(std::move(items)));
+        push(new_tuple(std::move(items)));
         return;
       }
       case 'a': {
-        c10::IValue item = pop_value();
-        list_at_top().push_back(std::move(item));
+        std::vector<c10::IValue> items{pop_value()};
+        append(items);
         return;
       }
       case 'e': {
         std::vector<c10::IValue> items = pop_to_mark();
-        auto list = list_at_top();
-        for (auto& item : items) {
-          if (holds_global(item)) fail("a global is not a value");
-          list.push_back(std::move(item));
-        }
+        append(items);
         return;
       }
       case 's': {
         std::vector<c10::IValue> items(2);
         items[1] = pop_value();
         items[0] = pop_value();
-        auto dict = dict_at_top();
-        set_items(dict, items);
+        set_items(items);
         return;
       }
       case 'u': {
         std::vector<c10::IValue> items = pop_to_mark();
-        auto dict = dict_at_top();
-        set_items(dict, items);
+        set_items(items);
         return;
       }
       case 'c': {  // GLOBAL "module\nname\n"
@@ -361,15 +402,25 @@ class PickleInterpreter {
     const std::vector<int64_t> sizes = int_tuple(args[2], "size");
     const std::vector<int64_t> strides = int_tuple(args[3], "stride");
     if (sizes.size() != strides.size()) fail("tensor size and stride differ in rank");
-    // The last element the view can reach must lie inside the storage.
-    int64_t extent = offset;
-    bool empty = false;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] == 0) empty = true;
-      if (sizes[i] > (int64_t{1} << 40) || strides[i] > (int64_t{1} << 40)) fail("tensor extent too large");
-      extent += (sizes[i] - 1) * strides[i];
+    // The last element the view can reach must lie inside the storage. The numbers come
+    // from the file, so every product and sum is checked, and a view of more than 2^40
+    // elements (a stride of 0 repeats one) is refused before LibTorch throws on it.
+    constexpr int64_t kMaxElements = int64_t{1} << 40;
+    if (offset < 0 || offset > storage.numel()) {
+      fail("tensor offset " + std::to_string(offset) + " lies outside its storage of " +
+           std::to_string(storage.numel()) + " elements");
     }
-    if (offset < 0 || (!empty && extent >= storage.numel())) {
+    int64_t last = offset, numel = 1;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      int64_t reach = 0;
+      if (sizes[i] > kMaxElements || strides[i] > kMaxElements ||
+          __builtin_mul_overflow(numel, sizes[i], &numel) || numel > kMaxElements ||
+          (sizes[i] > 0 && (__builtin_mul_overflow(sizes[i] - 1, strides[i], &reach) ||
+                            __builtin_add_overflow(last, reach, &last)))) {
+        fail("tensor extent too large");
+      }
+    }
+    if (numel > 0 && last >= storage.numel()) {
       fail("tensor view reaches past its storage of " + std::to_string(storage.numel()) + " elements");
     }
     at::Tensor tensor = at::empty({0}, storage.options());
@@ -405,6 +456,7 @@ class PickleInterpreter {
   }
 
   static constexpr size_t kMaxStack = 1 << 16;
+  static constexpr int kMaxDepth = 256;  // kvrl's files nest a few levels
   static constexpr uint64_t kMaxMemo = 1 << 24;
   std::string_view program_;
   size_t position_ = 0;
@@ -414,6 +466,10 @@ class PickleInterpreter {
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, c10::IValue> memo_;
   std::map<std::string, at::Tensor> storages_;
+  std::vector<c10::IValue> containers_;         // every container made, kept alive
+  std::unordered_map<const void*, int> depth_;  // each container's nesting depth
+  std::unordered_set<const void*> frozen_;      // lists and dicts put into another
+  std::unordered_set<const void*> tuples_with_globals_;
 };
 
 }  // namespace

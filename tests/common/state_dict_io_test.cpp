@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "common/io/torch_file.h"
 #include "common/model/causal_transformer.h"
@@ -150,6 +152,100 @@ TEST(TorchPickle, RejectsTensorViewsPastTheirStorage) {
   } catch (const MalformedInputError& error) {
     EXPECT_NE(std::string(error.what()).find("reaches past its storage"), std::string::npos) << error.what();
   }
+}
+
+// The inputs below once broke the interpreter under libFuzzer (tests/fuzz/torch_pickle_fuzz.cpp,
+// tests/fuzz/crashers/torch_pickle/). Each must be refused with MalformedInputError: not
+// c10::Error (callers report that as an internal error), undefined behaviour, a leak or a hang.
+std::string refusal(const std::string& program, const StorageRecordLoader& storage) {
+  try {
+    parse_torch_pickle(program, storage, "t");
+  } catch (const MalformedInputError& error) {
+    return error.what();
+  }
+  return "accepted";
+}
+
+std::string refusal(const std::string& program) {
+  return refusal(program, [](const std::string&) -> std::string { throw MalformedInputError("no storage"); });
+}
+
+TEST(TorchPickle, RejectsDictKeysThatC10CannotHash) {
+  // {None: 1}: Python allows it; c10's dict threw c10::Error.
+  EXPECT_NE(refusal("\x80\x02}(NK\x01u."s).find("dict key of type None is not supported"), std::string::npos);
+}
+
+TEST(TorchPickle, RejectsContainersThatHoldThemselves) {
+  // l = []; l.append(l)
+  EXPECT_NE(refusal("\x80\x02]q\x00h\x00"
+                    "a."s)
+                .find("put into itself"),
+            std::string::npos);
+  // d = {}; d["self"] = d
+  EXPECT_NE(refusal("\x80\x02}q\x00X\x04\x00\x00\x00selfh\x00s."s).find("put into itself"),
+            std::string::npos);
+  // a = []; b = []; b.append(a); a.append(b)
+  EXPECT_NE(refusal("\x80\x02]q\x00]h\x00"
+                    "aa."s)
+                .find("changed after it was put into another"),
+            std::string::npos);
+  // A container put into another and then unchanged may be shared: [a, a].
+  EXPECT_EQ(refusal("\x80\x02](]q\x00h\x00"
+                    "e."s),
+            "accepted");
+}
+
+TEST(TorchPickle, RejectsNestingDeeperThan256Levels) {
+  const auto nested_tuples = [](int depth) { return "\x80\x02N"s + std::string(depth, '\x85') + "."; };
+  EXPECT_EQ(refusal(nested_tuples(/*depth=*/256)), "accepted");
+  EXPECT_NE(refusal(nested_tuples(/*depth=*/257)).find("nested deeper than 256 levels"), std::string::npos);
+  EXPECT_NE(refusal(nested_tuples(/*depth=*/4000)).find("nested deeper than 256 levels"), std::string::npos);
+  // Lists nest by APPEND: 300 lists, each appended into the one below it.
+  EXPECT_NE(refusal("\x80\x02"s + std::string(300, ']') + std::string(299, 'a') + ".").find("nested deeper"),
+            std::string::npos);
+}
+
+TEST(TorchPickle, LooksForGlobalsInSharedTuplesOnce) {
+  // t0 = (None,), t_i = (t_{i-1}, t_{i-1}) for i < 64, in a list: 64 tuples, 2^63 paths.
+  std::string program = "\x80\x02]N\x85q\x00"s;
+  for (int i = 1; i < 64; ++i) {
+    program += "h"s + static_cast<char>(i - 1) + "\x86q" + static_cast<char>(i);
+  }
+  EXPECT_EQ(refusal(program + "a."), "accepted");
+}
+
+// _rebuild_tensor_v2(a FloatStorage of 4 elements, offset, sizes, strides, False, {}), with
+// every number as an 8-byte LONG1.
+std::string float_view_program(int64_t offset, const std::vector<int64_t>& sizes,
+                               const std::vector<int64_t>& strides) {
+  const auto number = [](int64_t value) {
+    return "\x8a\x08"s + std::string(reinterpret_cast<const char*>(&value), sizeof(value));
+  };
+  std::string program = "\x80\x02"s + "ctorch._utils\n_rebuild_tensor_v2\n(" +
+                        "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"
+                        "0"s +
+                        "X\x03\x00\x00\x00"
+                        "cpuK\x04tQ"s +
+                        number(offset) + "(";
+  for (int64_t size : sizes) program += number(size);
+  program += "t(";
+  for (int64_t stride : strides) program += number(stride);
+  return program + "t\x89}tR.";
+}
+
+TEST(TorchPickle, RejectsTensorExtentsThatOverflow) {
+  const auto storage = [](const std::string&) { return std::string(16, '\0'); };
+  constexpr int64_t k2To40 = int64_t{1} << 40;
+  EXPECT_EQ(refusal(float_view_program(/*offset=*/1, {3}, {1}), storage), "accepted");
+  // (2^40 - 1) * 2^40 overflowed int64 (undefined behaviour) on its way to the bounds check.
+  EXPECT_NE(refusal(float_view_program(0, {k2To40}, {k2To40}), storage).find("tensor extent too large"),
+            std::string::npos);
+  // So did offset + 1.
+  EXPECT_NE(refusal(float_view_program(INT64_MAX, {2}, {1}), storage).find("lies outside its storage"),
+            std::string::npos);
+  // Zero strides kept the extent inside the storage, and LibTorch threw c10::Error on the element count.
+  EXPECT_NE(refusal(float_view_program(0, {k2To40, k2To40, k2To40}, {0, 0, 0}), storage).find("too large"),
+            std::string::npos);
 }
 
 }  // namespace

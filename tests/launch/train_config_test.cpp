@@ -1,0 +1,74 @@
+// The config loader: what a resumed run reads back, and YAML that once crashed or hung it
+// under libFuzzer (tests/fuzz/train_config_fuzz.cpp, tests/fuzz/crashers/train_config/).
+#include "launch/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/support/errors.h"
+
+namespace kvrl {
+namespace {
+
+std::string refusal(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    TrainConfig::parse(yaml, overrides);
+  } catch (const InvalidArgumentError& error) {
+    return error.what();
+  }
+  return "accepted";
+}
+
+// A resumed run reads RUN_DIR/config.yaml, the effective config, and checks each
+// checkpoint's copy of it against itself.
+TEST(TrainConfig, EffectiveConfigParsesBackToTheSameConfig) {
+  const TrainConfig config = TrainConfig::parse(
+      "run:\n  dir: \"runs/a: b # c\"\nlearner:\n  learning_rate: 0.000123456789\n"
+      "env:\n  plugin: \"null\"\n  options:\n    scale: 1234567\n    \"odd: name\": 0.1\n",
+      {"actor.device=cuda:1", "status.address=::1", "env.name=-"});
+  const std::string yaml = config.to_yaml();
+  const TrainConfig back = TrainConfig::parse(yaml, {});
+  EXPECT_EQ(back.to_yaml(), yaml);
+  EXPECT_EQ(back.run_dir, "runs/a: b # c");
+  EXPECT_EQ(back.env_plugin, "null");
+  EXPECT_EQ(back.env_name, "-");
+  EXPECT_EQ(back.learner.learning_rate, 0.000123456789);
+  EXPECT_EQ(back.env_options.at("scale"), 1234567);
+  EXPECT_EQ(back.env_options.at("odd: name"), 0.1);
+  EXPECT_EQ(config.model_difference(back), "");
+}
+
+TEST(TrainConfig, EffectiveConfigWritesNumbersWithSixDigitsWhereTheyDo) {
+  const std::string yaml = TrainConfig::parse("learner:\n  gamma: 0.99\n", {}).to_yaml();
+  EXPECT_NE(yaml.find("\nlearner.gamma: 0.99\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\ncheckpoint.interval_s: 600\n"), std::string::npos) << yaml;
+}
+
+TEST(TrainConfig, RefusesTextThatIsNotUtf8) {
+  EXPECT_EQ(refusal("run:\n  dir: caf\xc3\xa9\n"), "accepted");
+  EXPECT_NE(refusal("run:\n  dir: caf\xe9\n").find("expected UTF-8 text"), std::string::npos);
+  EXPECT_NE(refusal("", {"run.dir=\xed\xa0\x80"}).find("expected UTF-8 text"),
+            std::string::npos);  // a surrogate
+  EXPECT_NE(refusal("", {"env.options.\xc0\xaf=1"}).find("expected UTF-8 text"),
+            std::string::npos);  // overlong
+}
+
+TEST(TrainConfig, RefusesAMapAliasedInsideItself) {
+  // The walk over the YAML recursed until the stack overflowed.
+  EXPECT_NE(refusal("a: &a {b: *a}\n").find("nests deeper than 16 levels"), std::string::npos);
+}
+
+TEST(TrainConfig, RefusesAliasesThatExpandExponentially) {
+  // 40 maps, each aliasing the one before it twice: 2^40 values, which took forever.
+  std::string yaml = "l0: &l0 {x: 1, y: 2}\n";
+  for (int i = 1; i < 40; ++i) {
+    const std::string before = "l" + std::to_string(i - 1);
+    yaml +=
+        "l" + std::to_string(i) + ": &l" + std::to_string(i) + " {a: *" + before + ", b: *" + before + "}\n";
+  }
+  EXPECT_NE(refusal(yaml).find("more than 10000 values"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvrl
