@@ -2,7 +2,9 @@
 // written by Python, for tests/learner/test_targets_against_torchrl.py. The episodes go
 // through pack_windows like a real batch, so the bootstrap choice and the slot offsets
 // are those of training.
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <iostream>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "common/io/torch_file.h"
+#include "common/model/actor_critic.h"
 #include "common/wire/episode.h"
 #include "learner/policy_losses.h"
 #include "learner/window_batch.h"
@@ -121,6 +124,29 @@ Dict ppo_terms(const Dict& spec) {
   return out;
 }
 
+// The policy head's log-probabilities and entropy for given head outputs: logits, or the
+// Gaussian mean with the payload's log_std.
+Dict policy_head_terms(const Dict& spec) {
+  const at::Tensor policy = tensor(spec, "policy");  // [N, K]
+  ActorCriticOptions options;
+  options.transformer.input_size = 1;
+  options.transformer.hidden_size = 4;
+  options.transformer.num_heads = 1;
+  options.transformer.max_seq_len = 2;
+  options.discrete = entry(spec, "discrete").toBool();
+  options.num_outputs = policy.size(-1);
+  ActorCritic head(options);
+  if (!options.discrete) {
+    at::NoGradGuard no_grad;
+    head.named_parameters()["log_std"].copy_(tensor(spec, "log_std"));
+  }
+  const PolicyWindow window{policy, at::zeros({policy.size(0)})};
+  Dict out(c10::StringType::get(), c10::AnyType::get());
+  out.insert("log_probs", head.log_prob(window, tensor(spec, "actions")).detach());
+  out.insert("entropy", head.entropy(window).detach());
+  return out;
+}
+
 }  // namespace
 }  // namespace kvrl
 
@@ -134,6 +160,9 @@ int main(int argc, char** argv) {
     kvrl::Dict output(c10::StringType::get(), c10::AnyType::get());
     if (input.contains("episodes")) output.insert("episodes", kvrl::episode_targets(input));
     if (input.contains("ppo")) output.insert("ppo", kvrl::ppo_terms(input.at("ppo").toGenericDict()));
+    if (input.contains("policy_head")) {
+      output.insert("policy_head", kvrl::policy_head_terms(input.at("policy_head").toGenericDict()));
+    }
     kvrl::write_torch_file(argv[2], output);
   } catch (const std::exception& error) {
     std::cerr << "learner_targets_eval: " << error.what() << "\n";

@@ -4,7 +4,8 @@
 tensors written here: episodes go through pack_windows as in training, so the bootstrap
 choice (terminated: 0; truncated: V(final observation)) and the slot offsets are those of
 a real batch. The expected values come from TorchRL's GAE and V-trace estimators, its
-ClipPPOLoss, and a few cases worked by hand.
+ClipPPOLoss, torch.distributions for the policy head's log-probabilities and entropy
+(categorical and Gaussian), and a few cases worked by hand.
 """
 import math
 import os
@@ -219,3 +220,29 @@ def test_ppo_terms_ignore_tokens_outside_the_mask(targets_eval):
         out = targets_eval({"ppo": variant})["ppo"]
         for term in ("policy", "value", "entropy"):
             torch.testing.assert_close(out[term], masked[term], rtol=1e-6, atol=1e-6)
+
+
+# --- the policy head's distributions ----------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(2))
+def test_categorical_head_matches_torch_distributions(targets_eval, seed):
+    generator = torch.Generator().manual_seed(seed)
+    logits = 2 * torch.randn(50, 4, generator=generator)
+    actions = torch.randint(4, (50, 1), generator=generator).float()
+    out = targets_eval({"policy_head": dict(discrete=True, policy=logits, actions=actions)})["policy_head"]
+    expected = torch.distributions.Categorical(logits=logits)
+    torch.testing.assert_close(out["log_probs"], expected.log_prob(actions[:, 0].long()), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["entropy"], expected.entropy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_gaussian_head_matches_torch_distributions(targets_eval, seed):
+    generator = torch.Generator().manual_seed(seed)
+    mean = torch.randn(50, 3, generator=generator)
+    log_std = torch.tensor([-1.0, 0.0, 0.7])
+    actions = mean + torch.randn(50, 3, generator=generator)
+    out = targets_eval({"policy_head": dict(discrete=False, policy=mean, actions=actions,
+                                            log_std=log_std)})["policy_head"]
+    expected = torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1)
+    torch.testing.assert_close(out["log_probs"], expected.log_prob(actions), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["entropy"], expected.entropy(), rtol=1e-5, atol=1e-5)
