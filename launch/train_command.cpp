@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "actor/actor_loop.h"
@@ -369,6 +370,46 @@ int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
   return outcome.exit_code;
 }
 
+// The inputs a rank checked, when they were valid.
+struct CheckedRun {
+  TrainInputs arguments;
+  Setup setup;
+  RankPlan plan;
+};
+
+// Every rank checks its inputs, and all agree before the first collective: a rank whose
+// inputs differ from the others' (a run directory on a disk of its own, a file only some
+// hosts have) must not leave the others waiting in it. The lowest rank that refused its
+// inputs says why; every rank then returns kTrainBadInput.
+std::optional<CheckedRun> check_inputs_on_every_rank(const TrainArguments& command_line,
+                                                     const MpiSession& mpi) {
+  std::optional<CheckedRun> run;
+  std::string refusal;
+  try {
+    TrainInputs arguments = train_inputs(command_line);
+    Setup setup = prepare(arguments);
+    check_world(setup.config, mpi.size(), arguments.config_path);
+    RankPlan plan = plan_rank(setup.config, arguments, mpi);
+    run = CheckedRun{std::move(arguments), std::move(setup), std::move(plan)};
+  } catch (const InvalidArgumentError& error) {
+    refusal = error.what();
+  }
+  const int own = run ? mpi.size() : mpi.rank();
+  int first_refusing = mpi.size();
+  KVRL_MPI_CHECK(MPI_Allreduce(&own, &first_refusing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+                 "agreeing that every rank accepts its inputs");
+  if (first_refusing == mpi.size()) return run;
+  if (mpi.rank() == first_refusing && first_refusing == 0) {
+    std::fprintf(stderr, "kvrl train: error: %s\n", refusal.c_str());
+  } else if (mpi.rank() == first_refusing) {
+    std::fprintf(stderr,
+                 "kvrl train: error on rank %d, whose inputs differ from rank 0's (a file or directory "
+                 "that is not the same on every host?): %s\n",
+                 mpi.rank(), refusal.c_str());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int run_train(const TrainArguments& command_line) {
@@ -377,21 +418,14 @@ int run_train(const TrainArguments& command_line) {
   install_stop_request_handlers();
   RankState state;
   try {
-    const TrainInputs arguments = train_inputs(command_line);
-    Setup setup = prepare(arguments);
-    check_world(setup.config, mpi.size(), arguments.config_path);
-    RankPlan plan = plan_rank(setup.config, arguments, mpi);
-    state.role = plan.is_learner ? "learner" : "actor";
-    install_crash_reporter(plan.rank, state.role);
-    start_run_directory(setup.config, plan);
+    std::optional<CheckedRun> run = check_inputs_on_every_rank(command_line, mpi);
+    if (!run) return kTrainBadInput;
+    state.role = run->plan.is_learner ? "learner" : "actor";
+    install_crash_reporter(run->plan.rank, state.role);
+    start_run_directory(run->setup.config, run->plan);
     state.working = true;
-    return run_rank(setup, plan, state);
+    return run_rank(run->setup, run->plan, state);
   } catch (const std::exception& error) {
-    if (!state.working && dynamic_cast<const InvalidArgumentError*>(&error)) {
-      // Every rank reads the same config and fails the same way; one says so.
-      if (mpi.rank() == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
-      return kTrainBadInput;
-    }
     std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", mpi.rank(), state.role.c_str(),
                  error.what());
     // A rank that fails mid-run takes the job down instead of leaving peers waiting.
