@@ -173,6 +173,66 @@ TEST(Learner, DecoupledPpoClipsAgainstTheLearnersPolicyNotTheStaleBehaviour) {
   EXPECT_DOUBLE_EQ(decoupled.rho_mean, 1.0);
 }
 
+// How the loss terms combine, seen from what training does to the model: with only the
+// entropy bonus weighing in, the policy's entropy goes up; with the value loss, the values
+// go to the returns (gamma^k-discounted rewards-to-go with lambda = 1, whatever the values
+// were), not to the advantages or anything else.
+std::vector<Episode> fixed_batch() {
+  return {episode_of_length(3), episode_of_length(5), episode_of_length(4), episode_of_length(6)};
+}
+
+double mean_entropy(ActorCritic& model, const WindowBatch& batch) {
+  torch::NoGradGuard no_grad;
+  const PolicyWindow window = model.evaluate(batch.observations, batch.is_init);
+  return model.entropy(window).masked_select(batch.step_mask).mean().item<double>();
+}
+
+TEST(Learner, TheEntropyBonusRaisesTheEntropy) {
+  torch::manual_seed(3);
+  auto model = std::make_shared<ActorCritic>(two_action_model(16, 8));
+  LearnerOptions options;
+  options.entropy_coef = 10.0;  // dwarfs the clipped surrogate
+  options.value_coef = 0.0;
+  options.learning_rate = 3e-3;
+  {
+    torch::NoGradGuard no_grad;  // start from a peaked policy, far below the uniform's log 2
+    model->named_parameters()["policy_head.bias"][0] += 3.0;
+  }
+  Learner learner(model, options, std::make_shared<LocalCommunicator>());
+  const WindowBatch batch = pack_windows(fixed_batch(), 8);
+  const double before = mean_entropy(*model, batch);
+  ASSERT_LT(before, 0.3);
+  for (int update = 0; update < 10; ++update) learner.update(fixed_batch());
+  EXPECT_GT(mean_entropy(*model, batch), before + 0.5 * (std::log(2.0) - before)) << "started at " << before;
+}
+
+TEST(Learner, TheValueLossFitsTheValuesToTheReturns) {
+  torch::manual_seed(4);
+  auto model = std::make_shared<ActorCritic>(two_action_model(16, 8));
+  LearnerOptions options;
+  options.gamma = 0.9;
+  options.gae_lambda = 1.0;  // returns = discounted reward-to-go, independent of the values
+  options.entropy_coef = 0.0;
+  options.learning_rate = 3e-3;
+  Learner learner(model, options, std::make_shared<LocalCommunicator>());
+  const WindowBatch batch = pack_windows(fixed_batch(), 8);
+  at::Tensor returns = torch::zeros_like(batch.rewards);  // every episode terminated, reward 1
+  for (const EpisodeSlot& slot : batch.slots) {
+    for (int64_t t = 0; t < slot.length; ++t) {
+      returns[slot.row][slot.offset + t] = (1 - std::pow(0.9, slot.length - t)) / (1 - 0.9);
+    }
+  }
+  auto value_error = [&] {
+    torch::NoGradGuard no_grad;
+    const at::Tensor values = model->evaluate(batch.observations, batch.is_init).values;
+    return (values - returns).abs().masked_select(batch.step_mask).mean().item<double>();
+  };
+  const double before = value_error();
+  for (int update = 0; update < 60; ++update) learner.update(fixed_batch());
+  const double mean_return = returns.masked_select(batch.step_mask).mean().item<double>();
+  EXPECT_LT(value_error(), 0.1 * mean_return) << "started at " << before << ", mean return " << mean_return;
+}
+
 TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
   const ActorCriticOptions model_options = two_action_model(8, 4);
   LearnerOptions options;
