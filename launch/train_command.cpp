@@ -426,6 +426,11 @@ int run_train(const TrainArguments& command_line) {
     state.working = true;
     return run_rank(run->setup, run->plan, state);
   } catch (const std::exception& error) {
+    if (!state.working && dynamic_cast<const InvalidArgumentError*>(&error)) {
+      // A refusal every rank reached alike from the same gathered facts; one says so.
+      if (mpi.rank() == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
+      return kTrainBadInput;
+    }
     std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", mpi.rank(), state.role.c_str(),
                  error.what());
     // A rank that fails mid-run takes the job down instead of leaving peers waiting.
