@@ -1,9 +1,12 @@
 #include "launch/rank_report.h"
 
+#include <unistd.h>
+
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "actor/actor_loop.h"
+#include "common/comm/device_placement.h"
 #include "learner/learner_loop.h"
 
 namespace kvrl {
@@ -30,11 +33,20 @@ std::string as_text(const nlohmann::json& value) {
 
 }  // namespace
 
-std::string learner_report_json(int rank, const LearnerStats& stats, const LearnerReportExtras& extras,
-                                int exit_code) {
+RankPlacement this_rank_placement(std::string device) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return {host, local_rank_from_environment(), std::move(device)};
+}
+
+std::string learner_report_json(int rank, const RankPlacement& placement, const LearnerStats& stats,
+                                const LearnerReportExtras& extras, int exit_code) {
   const nlohmann::json report = {
       {"role", "learner"},
       {"rank", rank},
+      {"host", placement.host},
+      {"local_rank", placement.local_rank},
+      {"device", placement.device},
       {"updates", stats.updates},
       {"env_steps", stats.env_steps},
       {"episodes_received", stats.episodes_received},
@@ -61,10 +73,14 @@ std::string learner_report_json(int rank, const LearnerStats& stats, const Learn
   return as_text(report);
 }
 
-std::string actor_report_json(int rank, const ActorStats& stats, int exit_code) {
+std::string actor_report_json(int rank, const RankPlacement& placement, const ActorStats& stats,
+                              int exit_code) {
   const nlohmann::json report = {
       {"role", "actor"},
       {"rank", rank},
+      {"host", placement.host},
+      {"local_rank", placement.local_rank},
+      {"device", placement.device},
       {"env_steps", stats.env_steps},
       {"episodes_sent", stats.episodes_sent},
       {"episodes_sent_to", stats.episodes_sent_to},

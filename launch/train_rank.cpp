@@ -135,7 +135,7 @@ RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Co
   RankOutcome outcome;
   outcome.exit_code = exit_code_for(stats.end);
   outcome.report_json = learner_report_json(
-      rank.plan.rank, stats,
+      rank.plan.rank, this_rank_placement(rank.device.str()), stats,
       {resumed.updates, learner.allreduce_buckets(), learner.allreduce_buckets_during_backward()},
       outcome.exit_code);
   if (rank.plan.rank == 0) print_summary(rank, stats);
@@ -155,7 +155,8 @@ RankOutcome run_actor_rank(const RankResources& rank) {
   const ActorStats stats = loop.run();
   RankOutcome outcome;
   outcome.exit_code = exit_code_for(stats.end);
-  outcome.report_json = actor_report_json(rank.plan.rank, stats, outcome.exit_code);
+  outcome.report_json =
+      actor_report_json(rank.plan.rank, this_rank_placement(rank.device.str()), stats, outcome.exit_code);
   return outcome;
 }
 
