@@ -114,6 +114,7 @@ const char* method_name(Method m) { return m == Method::kMessages ? "messages" :
 struct Sample {
   double total_s = 0;
   double encode_s = 0;  // rank 0: flatten + encode (messages), or flatten + announce + start (broadcast)
+  double apply_s = 0;   // actors, mean: decode + assign (messages), or the poll that assigned
 };
 
 struct BroadcastRow {
@@ -135,16 +136,30 @@ int64_t int64_of(const std::vector<uint8_t>& bytes) {
   return value;
 }
 
-// Rank 0: polls until every actor acknowledged `version` (kActorDone carries the version).
-void wait_for_acks(kvrl::Transport& transport, int actors, int64_t version) {
+// An actor's acknowledgement (sent as kActorDone): the version its model now holds and
+// how long applying it took there.
+struct Ack {
+  int64_t version = -1;
+  int64_t apply_ns = 0;
+};
+
+// Rank 0: polls until every actor acknowledged `version`; returns their mean apply time.
+double wait_for_acks(kvrl::Transport& transport, int actors, int64_t version) {
   int acks = 0;
+  double apply_s = 0;
   while (acks < actors) {
     if (auto message = transport.poll()) {
-      if (message->tag == MessageTag::kActorDone && int64_of(message->bytes) == version) ++acks;
+      Ack ack;
+      if (message->tag != MessageTag::kActorDone || message->bytes.size() != sizeof(ack)) continue;
+      std::memcpy(&ack, message->bytes.data(), sizeof(ack));
+      if (ack.version != version) continue;
+      ++acks;
+      apply_s += static_cast<double>(ack.apply_ns) * 1e-9 / actors;
       continue;
     }
     std::this_thread::sleep_for(kAckPoll);
   }
+  return apply_s;
 }
 
 // What LearnerLoop::send_weights does without a staged broadcast.
@@ -156,7 +171,7 @@ Sample send_as_messages(kvrl::Transport& transport, const std::vector<at::Tensor
   Sample sample;
   sample.encode_s = seconds_since(start);
   for (int actor = 1; actor < transport.size(); ++actor) transport.send(actor, MessageTag::kWeights, bytes);
-  wait_for_acks(transport, transport.size() - 1, version);
+  sample.apply_s = wait_for_acks(transport, transport.size() - 1, version);
   sample.total_s = seconds_since(start);
   return sample;
 }
@@ -172,33 +187,45 @@ Sample send_as_broadcast(kvrl::Transport& transport, kvrl::StagedWeightSender& s
   Sample sample;
   sample.encode_s = seconds_since(start);
   sender.finish();  // learner 0's part of the broadcast; the actors' acks say when theirs landed
-  wait_for_acks(transport, transport.size() - 1, version);
+  sample.apply_s = wait_for_acks(transport, transport.size() - 1, version);
   sample.total_s = seconds_since(start);
   return sample;
 }
 
-// An actor: polls as ActorLoop::drain does until its model holds `version`, then acks.
+// An actor: polls as ActorLoop::drain does until its model holds `version`, then acks with
+// the time its apply step took: decode + assign_parameters for a message, the receiver's
+// poll that copied the staging buffer in for a broadcast.
 void receive_weights(kvrl::Transport& transport, kvrl::StagedWeightReceiver* staged, kvrl::ActorCritic& model,
                      std::vector<at::Tensor>& parameters, int64_t version) {
   int64_t held = version - 1;
+  double apply_s = 0;
   while (held < version) {
     while (auto message = transport.poll()) {
+      const auto applying = Clock::now();
       if (message->tag == MessageTag::kWeights) {
         const kvrl::WeightsMessage weights =
             kvrl::WeightsCodec::decode(message->bytes, parameter_count(parameters));
         kvrl::assign_parameters(weights.values, parameters);
         held = weights.policy_version;
+        apply_s = seconds_since(applying);
       } else if (message->tag == MessageTag::kWeightsAnnounce && staged) {
         staged->announce(kvrl::WeightAnnouncement::decode(message->bytes));
       }
     }
+    const auto applying = Clock::now();
     if (staged) {
-      if (const std::optional<int64_t> landed = staged->poll(parameters, held)) held = *landed;
+      if (const std::optional<int64_t> landed = staged->poll(parameters, held)) {
+        held = *landed;
+        apply_s = seconds_since(applying);
+      }
     }
     if (held < version) std::this_thread::sleep_for(kActorIdle);
   }
   model.mark_weight_update();
-  transport.send(0, MessageTag::kActorDone, int64_bytes(version));
+  const Ack ack{version, static_cast<int64_t>(apply_s * 1e9)};
+  std::vector<uint8_t> bytes(sizeof(ack));
+  std::memcpy(bytes.data(), &ack, sizeof(ack));
+  transport.send(0, MessageTag::kActorDone, std::move(bytes));
 }
 
 // One model size: every rank builds the model; methods alternate over the repetitions.
@@ -438,10 +465,12 @@ std::string load_average() {
 std::string broadcast_report(const std::vector<BroadcastRow>& rows, int actors, std::string& json) {
   std::ostringstream table;
   table << "\nWeight sync from rank 0 to " << actors
-        << " actor(s), until every actor's model holds it (ms; median and min of the repetitions)\n"
-        << "| model | parameters | MB | method | median ms | min ms | rank 0 encode/start ms | "
-           "messages/broadcast |\n"
-        << "|---|---|---|---|---|---|---|---|\n";
+        << " actor(s), until every actor's model holds it (ms; median and min of the repetitions;"
+           " the last column: the messages' median over the broadcast's)\n"
+        << "| model | parameters | MB | method | median ms | min ms | rank 0 encode/start ms | actor apply "
+           "ms | "
+           "messages / broadcast |\n"
+        << "|---|---|---|---|---|---|---|---|---|\n";
   char line[400];
   for (size_t i = 0; i < rows.size(); ++i) {
     const BroadcastRow& row = rows[i];
@@ -449,20 +478,22 @@ std::string broadcast_report(const std::vector<BroadcastRow>& rows, int actors, 
     const double med = median(totals);
     const double min = *std::min_element(totals.begin(), totals.end());
     const double encode = median(field(row.samples, &Sample::encode_s));
-    const bool pair_end = row.method == Method::kMpiBroadcast && i > 0;
-    const double ratio = pair_end ? median(field(rows[i - 1].samples, &Sample::total_s)) / med : 0;
-    std::snprintf(line, sizeof(line), "| %s | %lld | %.2f | %s | %.2f | %.2f | %.2f | %s |\n",
+    const double apply = median(field(row.samples, &Sample::apply_s));
+    char ratio[32] = "";
+    if (row.method == Method::kMpiBroadcast && i > 0)  // rows come in pairs, messages first
+      std::snprintf(ratio, sizeof(ratio), "%.2fx",
+                    median(field(rows[i - 1].samples, &Sample::total_s)) / med);
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.2f | %s | %.2f | %.2f | %.2f | %.2f | %s |\n",
                   row.model.c_str(), static_cast<long long>(row.parameters), row.parameters * 4 / 1e6,
-                  method_name(row.method), med, min, encode,
-                  pair_end ? (std::to_string(ratio).substr(0, 4) + "x").c_str() : "");
+                  method_name(row.method), med, min, encode, apply, ratio);
     table << line;
     std::ostringstream samples;
     for (size_t s = 0; s < totals.size(); ++s) samples << (s ? ", " : "") << totals[s];
     std::snprintf(line, sizeof(line),
                   "%s{\"model\": \"%s\", \"parameters\": %lld, \"method\": \"%s\", \"median_ms\": %.4f, "
-                  "\"min_ms\": %.4f, \"encode_ms\": %.4f, ",
+                  "\"min_ms\": %.4f, \"encode_ms\": %.4f, \"actor_apply_ms\": %.4f, ",
                   json.empty() ? "" : ", ", row.model.c_str(), static_cast<long long>(row.parameters),
-                  method_name(row.method), med, min, encode);
+                  method_name(row.method), med, min, encode, apply);
     json += line + std::string("\"samples_ms\": [") + samples.str() + "]}";
   }
   return table.str();
