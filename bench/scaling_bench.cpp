@@ -22,8 +22,14 @@
 // and pack_windows of each batch, as LearnerLoop and Learner::update do before training.
 // No training step runs, so this is the ceiling on the learner's intake.
 //
-//   launch/kvrl-mpirun -np 1+N build/bench/kvrl_bench_scaling [--parts broadcast,ingest]
-//       [--repeats R] [--ingest-seconds S] [--episode-lengths 25,500] [--json PATH]
+// All-reduce (only when asked for, --parts allreduce; every rank a learner): the gradient
+// mean of MpiCommunicator for the three models' gradient sizes, as busbw and as a share
+// of --link-mbit. bench/scaling_bench.sh runs it with 2 ranks on 2 fake hosts.
+// (kvrl_bench_collectives measures the same, but its repeat loop can leave the ranks in
+// different collectives when their clocks run apart, which a slow link makes happen.)
+//
+//   launch/kvrl-mpirun -np 1+N build/bench/kvrl_bench_scaling [--parts broadcast,ingest,allreduce]
+//       [--repeats R] [--ingest-seconds S] [--episode-lengths 25,500] [--link-mbit M] [--json PATH]
 #include <ATen/Parallel.h>
 #include <mpi.h>
 #include <torch/torch.h>
@@ -43,6 +49,7 @@
 #include <vector>
 
 #include "common/comm/mpi_check.h"
+#include "common/comm/mpi_communicator.h"
 #include "common/comm/mpi_transport.h"
 #include "common/comm/mpi_weight_broadcast.h"
 #include "common/comm/parameter_vector.h"
@@ -74,6 +81,8 @@ constexpr int64_t kCreditSteps = 2048;      // actor.credit_steps' default
 struct Options {
   bool broadcast = true;
   bool ingest = true;
+  bool all_reduce = false;  // the learners' gradient mean over every rank (bench/scaling_bench.sh: 2 hosts)
+  double link_mbit = 0;     // the shaped link rate, to report the all-reduce as a share of it; 0 = unknown
   int repeats = 7;
   double ingest_seconds = 3;
   std::vector<int64_t> episode_lengths = {25, 500};
@@ -441,6 +450,62 @@ IngestRow time_ingest(kvrl::MpiTransport& transport, int64_t length, double seco
   return row;
 }
 
+// ---- gradient all-reduce -------------------------------------------------------------
+
+// The learners' gradient mean over every rank of the world, as MpiCommunicator does it
+// (a reduce to rank 0, then a broadcast back): "blocking" is all_reduce_mean in the
+// default 25 MiB buckets, "1 MiB buckets" starts every bucket's reduction, then waits for
+// each in order, as GradientReducer does with learner.allreduce_bucket_mb=1, so that
+// one bucket's broadcast can overlap the next one's reduce.
+struct AllReduceRow {
+  std::string model;
+  int64_t bytes = 0;
+  std::string path;
+  std::vector<double> seconds;  // the slowest rank's, per repetition
+};
+
+template <typename Operation>
+double slowest_seconds(Operation operation) {
+  KVRL_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD), "lining the ranks up before an all-reduce");
+  const auto start = Clock::now();
+  operation();
+  double mine = seconds_since(start), slowest = 0;
+  KVRL_MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
+                 "taking the slowest rank's time");
+  return slowest;
+}
+
+void reduce_in_started_buckets(kvrl::Communicator& communicator, const at::Tensor& flat,
+                               int64_t bucket_bytes) {
+  std::vector<std::unique_ptr<kvrl::PendingReduction>> pending;
+  for (const at::Tensor& bucket : flat.split(bucket_bytes / 4))
+    pending.push_back(communicator.start_all_reduce_mean(bucket));
+  for (auto& reduction : pending) reduction->wait();
+}
+
+// Every repetition runs on every rank: the count is fixed, so the collectives stay in step.
+std::vector<AllReduceRow> time_all_reduce(int repeats) {
+  kvrl::MpiCommunicator communicator(MPI_COMM_WORLD);
+  std::vector<AllReduceRow> rows;
+  for (const ModelSize& size : kModelSizes) {
+    const int64_t count = parameter_count(make_model(size)->parameters());
+    std::vector<at::Tensor> gradients = {torch::ones({count})};
+    AllReduceRow blocking{size.name, count * 4, "blocking", {}};
+    AllReduceRow started{size.name, count * 4, "1 MiB buckets", {}};
+    for (int r = 0; r < repeats + 1; ++r) {  // the first round opens connections
+      const double b = slowest_seconds([&] { communicator.all_reduce_mean(gradients); });
+      const double s =
+          slowest_seconds([&] { reduce_in_started_buckets(communicator, gradients[0], int64_t{1} << 20); });
+      if (r == 0) continue;
+      blocking.seconds.push_back(b);
+      started.seconds.push_back(s);
+    }
+    rows.push_back(blocking);
+    rows.push_back(started);
+  }
+  return rows;
+}
+
 // ---- report --------------------------------------------------------------------------
 
 double median(std::vector<double> values) {
@@ -528,6 +593,37 @@ std::string ingest_report(const std::vector<IngestRow>& rows, int actors, std::s
   return table.str();
 }
 
+// busbw by the nccl-tests definition, algbw * 2(n-1)/n, comparable with one link's rate.
+std::string all_reduce_report(const std::vector<AllReduceRow>& rows, int ranks, double link_mbit,
+                              std::string& json) {
+  std::ostringstream table;
+  char line[400];
+  std::snprintf(line, sizeof(line), "%.0f Mbit/s", link_mbit);
+  table << "\nGradient mean over " << ranks << " ranks (MpiCommunicator), link "
+        << (link_mbit > 0 ? line : "unknown") << "; median and min of the slowest rank's time\n"
+        << "| model | MB | path | median ms | min ms | busbw Mbit/s (median) | share of the link |\n"
+        << "|---|---|---|---|---|---|---|\n";
+  const double bus_factor = 2.0 * (ranks - 1) / ranks;
+  for (const AllReduceRow& row : rows) {
+    const double med = median(row.seconds);
+    const double min = *std::min_element(row.seconds.begin(), row.seconds.end());
+    const double busbw_mbit = row.bytes * 8 / med / 1e6 * bus_factor;
+    char share[32] = "";
+    if (link_mbit > 0) std::snprintf(share, sizeof(share), "%.0f%%", 100 * busbw_mbit / link_mbit);
+    std::snprintf(line, sizeof(line), "| %s | %.2f | %s | %.2f | %.2f | %.1f | %s |\n", row.model.c_str(),
+                  row.bytes / 1e6, row.path.c_str(), med * 1e3, min * 1e3, busbw_mbit, share);
+    table << line;
+    std::snprintf(
+        line, sizeof(line),
+        "%s{\"model\": \"%s\", \"bytes\": %lld, \"path\": \"%s\", \"median_ms\": %.4f, \"min_ms\": %.4f, "
+        "\"busbw_mbit\": %.3f, \"link_mbit\": %.1f}",
+        json.empty() ? "" : ", ", row.model.c_str(), static_cast<long long>(row.bytes), row.path.c_str(),
+        med * 1e3, min * 1e3, busbw_mbit, link_mbit);
+    json += line;
+  }
+  return table.str();
+}
+
 // ---- command line --------------------------------------------------------------------
 
 std::vector<std::string> split(const std::string& text) {
@@ -563,19 +659,25 @@ Options parse(int argc, char** argv) {
         options.episode_lengths.push_back(length);
       }
     } else if (flag == "--parts") {
-      options.broadcast = options.ingest = false;
+      options.broadcast = options.ingest = options.all_reduce = false;
       for (const std::string& part : split(value)) {
         if (part == "broadcast")
           options.broadcast = true;
         else if (part == "ingest")
           options.ingest = true;
+        else if (part == "allreduce")
+          options.all_reduce = true;
         else
-          throw std::invalid_argument("--parts " + part + ": expected broadcast and/or ingest");
+          throw std::invalid_argument("--parts " + part + ": expected broadcast, ingest and/or allreduce");
       }
+    } else if (flag == "--link-mbit") {
+      options.link_mbit = std::stod(value);
+      if (!(options.link_mbit >= 0)) throw std::invalid_argument("--link-mbit " + value + ": expected >= 0");
     } else {
-      throw std::invalid_argument("unknown flag " + flag +
-                                  "; usage: [--parts broadcast,ingest] [--repeats R] [--ingest-seconds S] "
-                                  "[--episode-lengths 25,500] [--json PATH]");
+      throw std::invalid_argument(
+          "unknown flag " + flag +
+          "; usage: [--parts broadcast,ingest,allreduce] [--repeats R] [--ingest-seconds S] "
+          "[--episode-lengths 25,500] [--link-mbit M] [--json PATH]");
     }
   }
   return options;
@@ -603,19 +705,25 @@ void run(const Options& options) {
     for (int64_t length : options.episode_lengths)
       ingests.push_back(time_ingest(transport, length, options.ingest_seconds));
   }
+  std::vector<AllReduceRow> all_reduces;
+  if (options.all_reduce) all_reduces = time_all_reduce(options.repeats);
   if (transport.rank() == 0) {
-    std::string broadcast_json, ingest_json;
+    std::string broadcast_json, ingest_json, all_reduce_json;
     std::printf("kvrl_bench_scaling: rank 0 on %s and %d actor(s); load average at start %s, at end %s\n",
                 host, transport.size() - 1, load_at_start.c_str(), load_average().c_str());
     if (options.broadcast)
       std::printf("%s", broadcast_report(broadcasts, transport.size() - 1, broadcast_json).c_str());
     if (options.ingest) std::printf("%s", ingest_report(ingests, transport.size() - 1, ingest_json).c_str());
+    if (options.all_reduce) {
+      std::printf(
+          "%s", all_reduce_report(all_reduces, transport.size(), options.link_mbit, all_reduce_json).c_str());
+    }
     std::ofstream(options.json_path) << "{\"actors\": " << transport.size() - 1 << ", \"rank0_host\": \""
                                      << host << "\", \"repeats\": " << options.repeats
                                      << ", \"load_average_start\": \"" << load_at_start
                                      << "\", \"load_average_end\": \"" << load_average()
                                      << "\", \"broadcast\": [" << broadcast_json << "], \"ingest\": ["
-                                     << ingest_json << "]}\n";
+                                     << ingest_json << "], \"all_reduce\": [" << all_reduce_json << "]}\n";
     std::printf("wrote %s\n", options.json_path.c_str());
   }
   KVRL_MPI_CHECK(MPI_Comm_free(&members), "freeing the weight broadcast communicator");
