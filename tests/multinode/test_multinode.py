@@ -135,7 +135,7 @@ def cartpole_run(request):
     with cluster:
         run_dir = cluster.shared / "cartpole"
         result = cluster.train(6, "learners=2", "run.seed=1", f"run.total_env_steps={BUDGET}", f"run.dir={run_dir}",
-                               mpirun_args=["--map-by", "node"], timeout=600)
+                               mpirun_args=["--map-by", "node"], timeout=900)
         print(f"\n{cluster.name}: exit {result.returncode}: {result.stdout.strip().splitlines()[-1:]}", file=sys.stderr)
         assert result.returncode == 0, result.stderr[-4000:]
         reports = load_reports(run_dir, 6)
