@@ -17,6 +17,7 @@
 #include "actor/vector_env.h"
 #include "common/comm/accelerator_probe.h"
 #include "common/comm/device_placement.h"
+#include "common/comm/heartbeat_monitor.h"
 #include "common/comm/mpi_check.h"
 #include "common/comm/mpi_communicator.h"
 #include "common/comm/mpi_transport.h"
@@ -30,6 +31,7 @@
 #endif
 #include "common/support/process_signals.h"
 #include "launch/command_line.h"
+#include "launch/rank_liveness.h"
 #include "launch/run_setup.h"
 #include "launch/train_config.h"
 #include "launch/train_rank.h"
@@ -359,11 +361,15 @@ int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
     state.working = false;  // every rank decided alike from the same facts: a refused config (exit 2)
     throw;
   }
+  std::unique_ptr<HeartbeatMonitor> heartbeats = watch_peers(config, plan, logger);
   const RankOutcome outcome =
       plan.is_learner
           ? run_learner_rank(resources, make_learner_communicator(learner_comm, device, config, *logger))
           : run_actor_rank(resources);
   write_text(plan.run_dir / cat("rank", plan.rank, ".json"), outcome.report_json + "\n");
+  // Heartbeats stop only once every rank is past its loop; a peer lost here still ends the job.
+  KVRL_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD), "waiting for every rank to finish");
+  heartbeats.reset();
   resources.weight_broadcast.reset();
   if (weight_comm != MPI_COMM_NULL) MPI_Comm_free(&weight_comm);
   MPI_Comm_free(&learner_comm);

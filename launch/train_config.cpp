@@ -147,6 +147,10 @@ std::vector<Field> run_fields() {
               "run.log_level", [](auto& c) -> auto& { return c.log_level; },
               {"trace", "debug", "info", "warn", "error", "off"},
               "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
+          float_field(
+              "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
+              "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
+              "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
           int_field(
               "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
               "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
@@ -470,6 +474,10 @@ void check_consistency(const TrainConfig& config) {
       inet_pton(AF_INET6, config.status_address.c_str(), address) != 1) {
     fail("status.address", config.status_address,
          "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
+  }
+  if (config.peer_timeout_s != 0 && config.peer_timeout_s < 2) {
+    fail("run.peer_timeout_s", number_text(config.peer_timeout_s),
+         "expected 0 (no heartbeats) or at least 2 seconds (heartbeats go out every second or tenth of it)");
   }
   const std::string lag_problem = policy_lag_problem(config.max_policy_lag, config.weight_sync_interval);
   if (!lag_problem.empty()) throw InvalidArgumentError("config: " + lag_problem);

@@ -22,6 +22,7 @@ struct TrainConfig {
   std::string run_dir = "runs/latest";  // logs, effective config and stats go here
   double log_interval_s = 5.0;          // seconds between progress lines
   std::string log_level = "info";       // KVRL_LOG_LEVEL overrides it
+  double peer_timeout_s = 30;           // a rank silent this long ends the run; 0 = no heartbeats
   int64_t status_port = 0;              // learner 0 serves /metrics and /status here; 0 = off
   std::string status_address = "127.0.0.1";
   int64_t learners = 1;  // learner ranks (the lowest ranks); the others act

@@ -15,6 +15,8 @@
 #   scripts/cluster.sh shape HOST DELAY RATE LOSS   HOST's egress, e.g. 5ms 100mbit 5%; 0 = off
 #   scripts/cluster.sh unshape HOST
 #   scripts/cluster.sh cut HOST | heal HOST   unplug HOST's cable (carrier loss) | plug it in
+#   scripts/cluster.sh partition A B | unpartition A B   A and B lose each other (both
+#                                      ways) while both still reach mpirun and the rest
 #   scripts/cluster.sh kill HOST       SIGKILL every process on HOST, as a crash would
 #   scripts/cluster.sh status          hosts, links, shaping, processes, TCP counters
 #   scripts/cluster.sh check           prove it is multi-node: TCP across hosts, shared
@@ -396,6 +398,31 @@ heal() {
   ip -n "$HEAD" link set "$PORT" up
 }
 
+# A partition Open MPI never notices: each host gets a blackhole route to the other, so
+# datagrams and TCP segments between them vanish without an error on the wire, while
+# both keep talking to mpirun (the head) and to every other host.
+partition() {
+  blackhole add "$@"
+}
+
+unpartition() {
+  blackhole del "$@"
+}
+
+blackhole() {
+  local action=$1 a b a_ip b_ip
+  resolve_host "${2:-}"
+  a=$HOST
+  resolve_host "${3:-}"
+  b=$HOST
+  [ "$a" != "$b" ] || die "partition: '$2' and '$3' are the same host"
+  a_ip=$SUBNET.$((${a##*-h} + 1))
+  b_ip=$SUBNET.$((${b##*-h} + 1))
+  lock
+  ip -n "$a" route "$action" blackhole "$b_ip/32" 2>/dev/null || [ "$action" = del ]
+  ip -n "$b" route "$action" blackhole "$a_ip/32" 2>/dev/null || [ "$action" = del ]
+}
+
 kill_host() {
   resolve_host "${1:-}"
   local pid count=0
@@ -540,7 +567,8 @@ check_where() {
 cmd=${1:-}
 shift || true
 case $cmd in
-  up | down | run | probe | agent | shape | unshape | cut | heal | status | check) "$cmd" "$@" ;;
+  up | down | run | probe | agent | shape | unshape | cut | heal | partition | unpartition | status | check)
+    "$cmd" "$@" ;;
   mpirun) plain_mpirun "$@" ;;
   exec) host_exec "$@" ;;
   kill) kill_host "$@" ;;

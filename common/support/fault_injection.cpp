@@ -14,8 +14,7 @@ namespace {
 
 constexpr const char* kForms =
     "expected comma-separated KIND:RANK:N[:COUNT] with KIND one of corrupt_episode, exit, abort, kill, "
-    "nan_loss, "
-    "RANK >= 0, N >= 1 and COUNT >= 1 (nan_loss only)";
+    "freeze, nan_loss, RANK >= 0, N >= 1 and COUNT >= 1 (nan_loss only)";
 
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts;
@@ -53,6 +52,7 @@ FaultPlan FaultPlan::parse(const std::string& spec, int rank) {
                       : kind == "exit"          ? &plan.exit_at
                       : kind == "abort"         ? &plan.abort_at
                       : kind == "kill"          ? &plan.kill_at
+                      : kind == "freeze"        ? &plan.freeze_at
                       : kind == "nan_loss"      ? &plan.nan_loss_from
                                                 : nullptr;
     if (!target)
@@ -81,6 +81,10 @@ void FaultPlan::fail_if_due(int64_t step, Logger& logger) const {
   if (step == kill_at) {
     logger.error(cat("fault injection: SIGKILL to myself at step ", step));
     std::raise(SIGKILL);
+  }
+  if (step == freeze_at) {
+    logger.error(cat("fault injection: SIGSTOP to myself at step ", step));
+    std::raise(SIGSTOP);
   }
 }
 

@@ -8,7 +8,7 @@ namespace kvrl {
 namespace {
 
 TEST(FaultPlan, TakesOnlyTheEntriesOfItsRank) {
-  const std::string spec = "corrupt_episode:1:3,exit:2:40,abort:1:7,kill:3:9,nan_loss:0:5:4";
+  const std::string spec = "corrupt_episode:1:3,exit:2:40,abort:1:7,kill:3:9,freeze:2:11,nan_loss:0:5:4";
   const FaultPlan actor = FaultPlan::parse(spec, 1);
   EXPECT_EQ(actor.corrupt_episode, 3);
   EXPECT_EQ(actor.abort_at, 7);
@@ -20,6 +20,8 @@ TEST(FaultPlan, TakesOnlyTheEntriesOfItsRank) {
   EXPECT_TRUE(learner.nan_loss_at(8));
   EXPECT_FALSE(learner.nan_loss_at(9));
   EXPECT_EQ(FaultPlan::parse(spec, 3).kill_at, 9);
+  EXPECT_EQ(FaultPlan::parse(spec, 2).freeze_at, 11);
+  EXPECT_EQ(FaultPlan::parse(spec, 3).freeze_at, 0);
   EXPECT_EQ(FaultPlan::parse("", 0).exit_at, 0);
 }
 

@@ -151,6 +151,31 @@ def test_a_dying_rank_ends_the_job_within_seconds_naming_it(tmp_path, fault, ran
     assert seconds < 60, f"the job took {seconds:.0f}s to end"
 
 
+@pytest.mark.parametrize("fault,learners,lost", [
+    ("freeze:2:150", 1, "rank 2 (actor on "),
+    ("freeze:1:6", 2, "rank 1 (learner on "),
+])
+def test_a_rank_gone_silent_ends_the_job_naming_it_and_resume_finishes(tmp_path, fault, learners, lost):
+    """A frozen rank (SIGSTOP: alive to Open MPI, silent to its peers, as a hung host or a
+    partition MPI does not see) leaves the others waiting in a receive or a collective
+    for ever; kvrl's heartbeats end the job, naming it, and the last checkpoint resumes."""
+    run_dir = str(tmp_path)
+    result, seconds = train(3, PPO, f"run.dir={run_dir}", *SMALL, f"learners={learners}", "run.peer_timeout_s=4",
+                            "checkpoint.interval_updates=2", env={"KVRL_FAULT": fault}, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 4, output[-3000:]
+    assert f"lost contact with {lost}" in output, output[-3000:]
+    assert "no heartbeat for " in output and "(run.peer_timeout_s = 4.0)" in output, output[-3000:]
+    assert f"resume with: kvrl train --resume {run_dir}" in output
+    assert seconds < 40, f"the job took {seconds:.0f}s to end"
+    saved = checkpoints(run_dir)
+    assert saved, "no checkpoint was written before the fault"
+    last_update = int(saved[-1].split("-")[1].split(".")[0])  # checkpoint-0000000004.pt
+    resumed, _ = train(3, "--resume", run_dir, f"run.max_updates={last_update + 2}", timeout=120)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert "kvrl train: finished:" in resumed.stdout
+
+
 def test_nan_losses_skip_updates_on_every_learner_alike(tmp_path):
     result, _ = train(3, PPO, f"run.dir={tmp_path}", *SMALL, "learners=2", "run.max_updates=6",
                       env={"KVRL_FAULT": "nan_loss:1:3:2"})

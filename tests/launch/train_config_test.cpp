@@ -45,6 +45,18 @@ TEST(TrainConfig, EffectiveConfigWritesNumbersWithSixDigitsWhereTheyDo) {
   EXPECT_NE(yaml.find("\ncheckpoint.interval_s: 600\n"), std::string::npos) << yaml;
 }
 
+// Heartbeats go out every second (a tenth of the timeout below 10 s): a timeout under 2 s
+// would end healthy runs on a loaded machine.
+TEST(TrainConfig, PeerTimeoutIsOffOrAtLeastTwoSeconds) {
+  EXPECT_EQ(refusal("", {"run.peer_timeout_s=0"}), "accepted");
+  EXPECT_EQ(refusal("", {"run.peer_timeout_s=2"}), "accepted");
+  EXPECT_EQ(TrainConfig::parse("", {}).peer_timeout_s, 30);
+  const std::string low = refusal("", {"run.peer_timeout_s=1.5"});
+  EXPECT_NE(low.find("'run.peer_timeout_s' = '1.5'"), std::string::npos) << low;
+  EXPECT_NE(low.find("expected 0 (no heartbeats) or at least 2 seconds"), std::string::npos) << low;
+  EXPECT_NE(refusal("", {"run.peer_timeout_s=-1"}).find("a number in [0, 86400]"), std::string::npos);
+}
+
 TEST(TrainConfig, RefusesTextThatIsNotUtf8) {
   EXPECT_EQ(refusal("run:\n  dir: caf\xc3\xa9\n"), "accepted");
   EXPECT_NE(refusal("run:\n  dir: caf\xe9\n").find("expected UTF-8 text"), std::string::npos);
