@@ -516,6 +516,7 @@ double median(std::vector<double> values) {
 
 std::vector<double> field(const std::vector<Sample>& samples, double Sample::*member) {
   std::vector<double> values;
+  values.reserve(samples.size());
   for (const Sample& s : samples) values.push_back(s.*member * 1e3);
   return values;
 }

@@ -29,7 +29,7 @@ PeerEndpoint endpoint(const RankPlan& plan, const RankDirectory& directory, int 
 // without MPI_Finalize, so mpirun ends the job on every host. The last checkpoint stands
 // (they are written to a temporary file and renamed).
 HeartbeatMonitor::SilenceHandler end_the_job(const RankPlan& plan, const RankDirectory& directory,
-                                             std::shared_ptr<Logger> logger, double timeout_s) {
+                                             const std::shared_ptr<Logger>& logger, double timeout_s) {
   const std::string self = rank_name(plan, directory, plan.rank);
   const std::string resume = cat("kvrl train --resume ", plan.run_dir.string());
   return [self, resume, timeout_s, logger](const std::vector<SilentPeer>& silent) {
@@ -61,7 +61,7 @@ std::unique_ptr<HeartbeatMonitor> watch_peers(const TrainConfig& config, const R
     }
   }
   monitor->start(directory.job_token, notify, watch,
-                 end_the_job(plan, directory, std::move(logger), config.peer_timeout_s));
+                 end_the_job(plan, directory, logger, config.peer_timeout_s));
   return monitor;
 }
 

@@ -14,10 +14,11 @@ namespace kvrl {
 
 // Exit codes of `kvrl train` (docs/reliability.md).
 inline constexpr int kTrainFinished = 0;
-inline constexpr int kTrainFailed = 1;        // a rank failed (MPI_Abort)
-inline constexpr int kTrainBadInput = 2;      // config or command line rejected before any work
-inline constexpr int kTrainNonFinite = 3;     // stopped after too many NaN/Inf updates; checkpoint saved
-inline constexpr int kTrainPeerLost = 4;      // a peer rank went silent (run.peer_timeout_s); last checkpoint stands
+inline constexpr int kTrainFailed = 1;     // a rank failed (MPI_Abort)
+inline constexpr int kTrainBadInput = 2;   // config or command line rejected before any work
+inline constexpr int kTrainNonFinite = 3;  // stopped after too many NaN/Inf updates; checkpoint saved
+// A peer rank went silent for run.peer_timeout_s (kvrl's heartbeats); the last checkpoint stands.
+inline constexpr int kTrainPeerLost = 4;
 inline constexpr int kTrainInterrupted = 75;  // stopped by a signal; checkpoint saved (EX_TEMPFAIL)
 
 // Returns the process exit code. Must run under mpirun/mpiexec with at least

@@ -100,12 +100,12 @@ struct HeartbeatMonitor::Impl {
   udp::endpoint sender;
 
   void receive() {
-    socket.async_receive_from(asio::buffer(inbox), sender, [this](const boost::system::error_code& error,
-                                                                   size_t size) {
-      if (error == asio::error::operation_aborted) return;
-      if (!error) note_heartbeat(decode_heartbeat(inbox.data(), size, token));
-      receive();  // a refused or odd datagram must not end the watch
-    });
+    socket.async_receive_from(asio::buffer(inbox), sender,
+                              [this](const boost::system::error_code& error, size_t size) {
+                                if (error == asio::error::operation_aborted) return;
+                                if (!error) note_heartbeat(decode_heartbeat(inbox.data(), size, token));
+                                receive();  // a refused or odd datagram must not end the watch
+                              });
   }
 
   void note_heartbeat(int32_t rank) {
@@ -122,8 +122,8 @@ struct HeartbeatMonitor::Impl {
       socket.send_to(asio::buffer(bytes), peer, 0, ignored);
     }
     report_silence();
-    timer.expires_after(std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(options.interval_s)));
+    timer.expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.interval_s)));
     timer.async_wait([this](const boost::system::error_code& error) {
       if (!error) tick();
     });
@@ -143,11 +143,11 @@ struct HeartbeatMonitor::Impl {
   }
 };
 
-HeartbeatMonitor::HeartbeatMonitor(int own_rank, HeartbeatOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  if (!(options.interval_s > 0) || !(options.timeout_s > options.interval_s) || !std::isfinite(options.timeout_s)) {
-    throw InvalidArgumentError("heartbeat interval " + std::to_string(options.interval_s) + " s and timeout " +
-                               std::to_string(options.timeout_s) +
+HeartbeatMonitor::HeartbeatMonitor(int own_rank, HeartbeatOptions options) : impl_(std::make_unique<Impl>()) {
+  if (!(options.interval_s > 0) || !(options.timeout_s > options.interval_s) ||
+      !std::isfinite(options.timeout_s)) {
+    throw InvalidArgumentError("heartbeat interval " + std::to_string(options.interval_s) +
+                               " s and timeout " + std::to_string(options.timeout_s) +
                                " s: the interval must be above 0 and below the timeout");
   }
   impl_->own_rank = own_rank;
@@ -162,15 +162,16 @@ HeartbeatMonitor::~HeartbeatMonitor() { stop(); }
 
 uint16_t HeartbeatMonitor::port() const { return impl_->socket.local_endpoint().port(); }
 
-void HeartbeatMonitor::start(uint64_t job_token, const std::vector<PeerEndpoint>& notify, const std::vector<PeerEndpoint>& watch,
-                             SilenceHandler on_silence) {
+void HeartbeatMonitor::start(uint64_t job_token, const std::vector<PeerEndpoint>& notify,
+                             const std::vector<PeerEndpoint>& watch, SilenceHandler on_silence) {
   if (impl_->thread.joinable()) throw Error("HeartbeatMonitor::start called twice");
   impl_->token = job_token;
   for (const PeerEndpoint& peer : notify) {
     boost::system::error_code error;
     const auto address = asio::ip::make_address_v4(peer.address, error);
-    if (error) throw InvalidArgumentError("heartbeat address '" + peer.address + "' of " + peer.name +
-                                          " is not an IPv4 address");
+    if (error)
+      throw InvalidArgumentError("heartbeat address '" + peer.address + "' of " + peer.name +
+                                 " is not an IPv4 address");
     impl_->notify.emplace_back(address, peer.port);
   }
   const auto now = Clock::now();

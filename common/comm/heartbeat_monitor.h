@@ -54,8 +54,8 @@ class HeartbeatMonitor {
   // when any `watch` peer stays silent for the timeout (counted from now for a peer not
   // yet heard from). `job_token` tells this job's heartbeats from strays of another job.
   // Call once.
-  void start(uint64_t job_token, const std::vector<PeerEndpoint>& notify, const std::vector<PeerEndpoint>& watch,
-             SilenceHandler on_silence);
+  void start(uint64_t job_token, const std::vector<PeerEndpoint>& notify,
+             const std::vector<PeerEndpoint>& watch, SilenceHandler on_silence);
   // Stops sending and watching; peers that still watch this rank will report it.
   void stop();
 

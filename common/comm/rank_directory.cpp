@@ -91,7 +91,8 @@ std::string address_to_reach(const HostAddresses& from, const HostAddresses& to)
   }
   for (const Ipv4Interface& theirs : to.interfaces) {
     for (const Ipv4Interface& ours : from.interfaces) {
-      if (ours.netmask == theirs.netmask && (ours.address & ours.netmask) == (theirs.address & theirs.netmask))
+      if (ours.netmask == theirs.netmask &&
+          (ours.address & ours.netmask) == (theirs.address & theirs.netmask))
         return dotted(theirs.address);
     }
   }
@@ -104,8 +105,8 @@ RankDirectory exchange_rank_directory(MPI_Comm comm, uint16_t own_port) {
   KVRL_MPI_CHECK(MPI_Comm_size(comm, &size), "reading the world size");
   const DirectoryRecord own = to_record(local_host_addresses(), own_port, rank == 0 ? random_token() : 0);
   std::vector<DirectoryRecord> records(static_cast<size_t>(size));
-  KVRL_MPI_CHECK(MPI_Allgather(&own, sizeof(DirectoryRecord), MPI_BYTE, records.data(), sizeof(DirectoryRecord),
-                               MPI_BYTE, comm),
+  KVRL_MPI_CHECK(MPI_Allgather(&own, sizeof(DirectoryRecord), MPI_BYTE, records.data(),
+                               sizeof(DirectoryRecord), MPI_BYTE, comm),
                  "exchanging heartbeat addresses");
   RankDirectory directory;
   directory.job_token = records.front().job_token;

@@ -102,7 +102,8 @@ TEST(HeartbeatMonitor, HeartbeatsOfAnotherJobOrGarbageDoNotKeepAPeerAlive) {
   ASSERT_TRUE(reports.wait_for_report(3 * kFast.timeout_s));
   ASSERT_EQ(reports.silent.size(), 1u);
   EXPECT_FALSE(reports.silent[0].ever_heard);
-  EXPECT_NE(describe_silent_peers(reports.silent, kFast.timeout_s).find("not one heartbeat"), std::string::npos);
+  EXPECT_NE(describe_silent_peers(reports.silent, kFast.timeout_s).find("not one heartbeat"),
+            std::string::npos);
 }
 
 TEST(HeartbeatMonitor, EverySilentPeerIsNamedInTheOneReport) {
