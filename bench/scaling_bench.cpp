@@ -453,10 +453,12 @@ IngestRow time_ingest(kvrl::MpiTransport& transport, int64_t length, double seco
 // ---- gradient all-reduce -------------------------------------------------------------
 
 // The learners' gradient mean over every rank of the world, as MpiCommunicator does it
-// (a reduce to rank 0, then a broadcast back): "blocking" is all_reduce_mean in the
-// default 25 MiB buckets, "1 MiB buckets" starts every bucket's reduction, then waits for
-// each in order, as GradientReducer does with learner.allreduce_bucket_mb=1, so that
-// one bucket's broadcast can overlap the next one's reduce.
+// (a ring: reduce-scatter, then all-gather, in point-to-point steps): "blocking" is all_reduce_mean in the
+// default 25 MiB buckets, "1 MiB buckets" starts every bucket's reduction, then waits for each in order, as
+// GradientReducer does with learner.allreduce_bucket_mb=1, so that one bucket's steps can overlap the next
+// one's. Two references in the same run: "reduce+bcast", what MpiCommunicator did before (a reduce to rank 0,
+// then a broadcast back, 25 MiB buckets), and Open MPI's own MPI_Allreduce (which does not promise the same
+// bits on every rank, so kvrl does not use it).
 struct AllReduceRow {
   std::string model;
   int64_t bytes = 0;
@@ -473,6 +475,27 @@ double slowest_seconds(Operation operation) {
   KVRL_MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
                  "taking the slowest rank's time");
   return slowest;
+}
+
+// The references, on 25 MiB buckets of `flat` (a CPU float tensor).
+void reduce_then_broadcast(const at::Tensor& flat) {
+  for (const at::Tensor& bucket : flat.split(int64_t{25} << 18)) {
+    at::Tensor sum = at::empty_like(bucket);
+    const int count = static_cast<int>(bucket.numel());
+    KVRL_MPI_CHECK(MPI_Reduce(bucket.data_ptr<float>(), sum.data_ptr<float>(), count, MPI_FLOAT, MPI_SUM, 0,
+                              MPI_COMM_WORLD),
+                   "reducing to rank 0");
+    KVRL_MPI_CHECK(MPI_Bcast(sum.data_ptr<float>(), count, MPI_FLOAT, 0, MPI_COMM_WORLD),
+                   "broadcasting the sum");
+  }
+}
+
+void open_mpi_allreduce(const at::Tensor& flat) {
+  for (const at::Tensor& bucket : flat.split(int64_t{25} << 18)) {
+    KVRL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bucket.data_ptr<float>(), static_cast<int>(bucket.numel()),
+                                 MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                   "MPI_Allreduce");
+  }
 }
 
 void reduce_in_started_buckets(kvrl::Communicator& communicator, const at::Tensor& flat,
@@ -492,16 +515,21 @@ std::vector<AllReduceRow> time_all_reduce(int repeats) {
     std::vector<at::Tensor> gradients = {torch::ones({count})};
     AllReduceRow blocking{size.name, count * 4, "blocking", {}};
     AllReduceRow started{size.name, count * 4, "1 MiB buckets", {}};
+    AllReduceRow before{size.name, count * 4, "reduce+bcast (before)", {}};
+    AllReduceRow reference{size.name, count * 4, "MPI_Allreduce (reference)", {}};
     for (int r = 0; r < repeats + 1; ++r) {  // the first round opens connections
       const double b = slowest_seconds([&] { communicator.all_reduce_mean(gradients); });
       const double s =
           slowest_seconds([&] { reduce_in_started_buckets(communicator, gradients[0], int64_t{1} << 20); });
+      const double o = slowest_seconds([&] { reduce_then_broadcast(gradients[0]); });
+      const double m = slowest_seconds([&] { open_mpi_allreduce(gradients[0]); });
       if (r == 0) continue;
       blocking.seconds.push_back(b);
       started.seconds.push_back(s);
+      before.seconds.push_back(o);
+      reference.seconds.push_back(m);
     }
-    rows.push_back(blocking);
-    rows.push_back(started);
+    for (const AllReduceRow* row : {&blocking, &started, &before, &reference}) rows.push_back(*row);
   }
   return rows;
 }

@@ -97,8 +97,37 @@ TEST(GradientReducerOverMpi, SeveralReductionsInFlightCompleteInOrder_MPI) {
   for (auto& p : pending) p->progress();
   for (auto& p : pending) p->wait();
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(torch::equal(buffers[i], torch::full_like(buffers[i], 1.5f * (i + 1)))) << "buffer " << i;
+    const float mean_rank_plus_one = (static_cast<float>(communicator.size()) + 1) / 2;
+    EXPECT_TRUE(torch::equal(buffers[i], torch::full_like(buffers[i], mean_rank_plus_one * (i + 1))))
+        << "buffer " << i;
   }
+}
+
+// The mean goes around a ring in slices of ceil(n / learners) elements: lengths that do
+// not split evenly (padded) and a single element come back whole, exact where the sums
+// are, and the same on every rank. CTest runs this with 2 and with 3 ranks.
+TEST(GradientReducerOverMpi, BuffersOfAnyLengthComeBackWholeAndIdentical_MPI) {
+  initialize_mpi_once();
+  const int rank = world_rank();
+  MpiCommunicator communicator(MPI_COMM_WORLD, /*bucket_bytes=*/4 * 333);
+  const float ranks = static_cast<float>(communicator.size());
+  for (int64_t length : {1, 2, 3, 1001}) {
+    // Means over ranks of (rank + 1) * i and of 2 * rank - 1.
+    std::vector<at::Tensor> tensors{torch::arange(length, torch::kFloat).mul_(static_cast<float>(rank + 1)),
+                                    torch::full({length}, static_cast<float>(rank) * 2 - 1)};
+    communicator.all_reduce_mean(tensors);
+    EXPECT_TRUE(torch::equal(tensors[0], torch::arange(length, torch::kFloat).mul_((ranks + 1) / 2)))
+        << length;
+    EXPECT_TRUE(torch::equal(tensors[1], torch::full({length}, ranks - 2))) << length;
+    EXPECT_TRUE(identical_on_every_rank(tensors[0])) << length;
+  }
+  // Sums that round: still the same bits everywhere, and within float error of the mean.
+  torch::manual_seed(11);
+  const at::Tensor all = torch::randn({communicator.size(), 1001});
+  at::Tensor mine = all[rank].clone();
+  communicator.start_all_reduce_mean(mine)->wait();
+  EXPECT_TRUE(identical_on_every_rank(mine));
+  EXPECT_TRUE(torch::allclose(mine, all.mean(0), 1e-6, 1e-6));
 }
 
 }  // namespace
