@@ -19,9 +19,11 @@ std::string rank_name(const RankPlan& plan, const RankDirectory& directory, int 
   return cat("rank ", rank, " (", learner ? "learner" : "actor", " on ", directory.hosts[rank].host, ")");
 }
 
-PeerEndpoint endpoint(const RankPlan& plan, const RankDirectory& directory, int rank) {
+PeerEndpoint endpoint(const RankPlan& plan, const RankDirectory& directory,
+                      const std::vector<uint32_t>& ambiguous, int rank) {
   return {rank, rank_name(plan, directory, rank),
-          address_to_reach(directory.hosts[plan.rank], directory.hosts[rank]), directory.ports[rank]};
+          address_to_reach(directory.hosts[plan.rank], directory.hosts[rank], ambiguous),
+          directory.ports[rank]};
 }
 
 // The silence handler runs on the monitor's thread while the main thread may sit in a
@@ -45,18 +47,19 @@ HeartbeatMonitor::SilenceHandler end_the_job(const RankPlan& plan, const RankDir
 }  // namespace
 
 std::unique_ptr<HeartbeatMonitor> watch_peers(const TrainConfig& config, const RankPlan& plan,
-                                              std::shared_ptr<Logger> logger) {
+                                              const std::shared_ptr<Logger>& logger) {
   if (config.peer_timeout_s == 0 || plan.size == 1) return nullptr;
   const HeartbeatOptions options{std::min(1.0, config.peer_timeout_s / 10), config.peer_timeout_s};
   auto monitor = std::make_unique<HeartbeatMonitor>(plan.rank, options);
   const RankDirectory directory = exchange_rank_directory(MPI_COMM_WORLD, monitor->port());
+  const std::vector<uint32_t> ambiguous = ambiguous_addresses(directory.hosts);
   std::vector<PeerEndpoint> notify, watch;
   for (int peer = 0; peer < plan.size; ++peer) {
     if (peer == plan.rank) continue;
     const bool peer_is_learner = peer < static_cast<int>(plan.learners.size());
     // Learners depend on every rank, actors on the learners; each rank tells those that watch it.
     if (plan.is_learner || peer_is_learner) {
-      watch.push_back(endpoint(plan, directory, peer));
+      watch.push_back(endpoint(plan, directory, ambiguous, peer));
       notify.push_back(watch.back());
     }
   }

@@ -17,6 +17,6 @@ struct TrainConfig;
 // destroyed; destroy it only after every rank is past its loop (a barrier), or peers that
 // still run would report this rank as lost.
 std::unique_ptr<HeartbeatMonitor> watch_peers(const TrainConfig& config, const RankPlan& plan,
-                                              std::shared_ptr<Logger> logger);
+                                              const std::shared_ptr<Logger>& logger);
 
 }  // namespace kvrl

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -231,6 +232,14 @@ class MpiSession {
   int size_ = 1;
 };
 
+// A rank that fails mid-run says why and takes the job down instead of leaving peers waiting.
+[[noreturn]] void abort_job(int rank, const std::string& role, const char* what) {
+  std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", rank, role.c_str(), what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, kTrainFailed);
+  std::_Exit(kTrainFailed);  // MPI_Abort does not return; should it, the job still ends
+}
+
 // How far a rank got, for what its failure means: before `working`, every rank refuses the
 // same input alike (exit 2, said once); after it, a failure takes the job down.
 struct RankState {
@@ -362,13 +371,20 @@ int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
     throw;
   }
   std::unique_ptr<HeartbeatMonitor> heartbeats = watch_peers(config, plan, logger);
-  const RankOutcome outcome =
-      plan.is_learner
-          ? run_learner_rank(resources, make_learner_communicator(learner_comm, device, config, *logger))
-          : run_actor_rank(resources);
-  write_text(plan.run_dir / cat("rank", plan.rank, ".json"), outcome.report_json + "\n");
-  // Heartbeats stop only once every rank is past its loop; a peer lost here still ends the job.
-  KVRL_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD), "waiting for every rank to finish");
+  RankOutcome outcome;
+  try {
+    outcome =
+        plan.is_learner
+            ? run_learner_rank(resources, make_learner_communicator(learner_comm, device, config, *logger))
+            : run_actor_rank(resources);
+    write_text(plan.run_dir / cat("rank", plan.rank, ".json"), outcome.report_json + "\n");
+    // Heartbeats stop only once every rank is past its loop; a peer lost here still ends the job.
+    KVRL_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD), "waiting for every rank to finish");
+  } catch (const std::exception& error) {
+    // Abort before the locals unwind: the transport's destructor waits for its sends, which
+    // would leave this rank silent, its error unsaid, and its peers blaming a lost peer.
+    abort_job(plan.rank, state.role, error.what());
+  }
   heartbeats.reset();
   resources.weight_broadcast.reset();
   if (weight_comm != MPI_COMM_NULL) MPI_Comm_free(&weight_comm);
@@ -437,11 +453,7 @@ int run_train(const TrainArguments& command_line) {
       if (mpi.rank() == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
       return kTrainBadInput;
     }
-    std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", mpi.rank(), state.role.c_str(),
-                 error.what());
-    // A rank that fails mid-run takes the job down instead of leaving peers waiting.
-    MPI_Abort(MPI_COMM_WORLD, kTrainFailed);
-    return kTrainFailed;
+    abort_job(mpi.rank(), state.role, error.what());
   }
 }
 

@@ -36,7 +36,9 @@ class Communicator {
   virtual double all_reduce_sum(double value) = 0;
   // Starts replacing the 1-d buffer `flat` by its mean over members, bit-identical on every
   // member; the buffer must stay untouched until wait() returns. Members start their
-  // buffers in the same order, and may start several before waiting. The default runs
+  // buffers in the same order, and may start several before waiting; they wait for them in
+  // that order too (a wait moves only its own reduction along; progress() may be called in
+  // any order). The default runs
   // all_reduce_mean at once.
   virtual std::unique_ptr<PendingReduction> start_all_reduce_mean(at::Tensor flat);
   // Whether start_all_reduce_mean may be called from a thread other than the one that

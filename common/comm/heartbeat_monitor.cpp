@@ -96,6 +96,7 @@ struct HeartbeatMonitor::Impl {
   std::map<int, Watched> watched;  // by rank; touched by the monitor's thread only once started
   SilenceHandler on_silence;
   bool reported = false;
+  Clock::time_point last_tick;
   std::array<uint8_t, 64> inbox{};
   udp::endpoint sender;
 
@@ -129,9 +130,20 @@ struct HeartbeatMonitor::Impl {
     });
   }
 
+  // A watcher that did not run for a while (stopped, swapped out, throttled) has not read
+  // the heartbeats that arrived meanwhile: it starts its count afresh instead of blaming
+  // every peer for its own pause.
+  void forgive_own_pause(Clock::time_point now) {
+    if (seconds(now - last_tick) > options.timeout_s / 2) {
+      for (auto& [rank, w] : watched) w.last = now;
+    }
+    last_tick = now;
+  }
+
   void report_silence() {
     if (reported) return;
     const auto now = Clock::now();
+    forgive_own_pause(now);
     std::vector<SilentPeer> silent;
     for (const auto& [rank, w] : watched) {
       const double quiet = seconds(now - w.last);
@@ -176,6 +188,7 @@ void HeartbeatMonitor::start(uint64_t job_token, const std::vector<PeerEndpoint>
   }
   const auto now = Clock::now();
   for (const PeerEndpoint& peer : watch) impl_->watched[peer.rank] = {peer, now, false};
+  impl_->last_tick = now;
   impl_->on_silence = std::move(on_silence);
   impl_->receive();
   impl_->tick();

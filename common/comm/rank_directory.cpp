@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
 #include <random>
+#include <set>
 
 #include "common/comm/mpi_check.h"
 #include "common/support/errors.h"
@@ -17,8 +19,8 @@
 namespace kvrl {
 namespace {
 
-constexpr size_t kHostNameBytes = 64;
-constexpr size_t kMaxInterfaces = 8;
+constexpr size_t kHostNameBytes = 256;  // HOST_NAME_MAX (64) and then some, with the terminator
+constexpr size_t kMaxInterfaces = 32;
 
 // One rank's entry as it travels in the all-gather: fixed size, no pointers.
 struct DirectoryRecord {
@@ -73,7 +75,9 @@ HostAddresses local_host_addresses() {
   if (getifaddrs(&list) != 0) return own;
   for (const ifaddrs* entry = list; entry; entry = entry->ifa_next) {
     if (!entry->ifa_addr || entry->ifa_addr->sa_family != AF_INET || !entry->ifa_netmask) continue;
-    if (!(entry->ifa_flags & IFF_UP) || (entry->ifa_flags & IFF_LOOPBACK)) continue;
+    if (!(entry->ifa_flags & IFF_UP) || !(entry->ifa_flags & IFF_RUNNING) ||
+        (entry->ifa_flags & IFF_LOOPBACK))
+      continue;
     const auto* address = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
     const auto* netmask = reinterpret_cast<const sockaddr_in*>(entry->ifa_netmask);
     own.interfaces.push_back({ntohl(address->sin_addr.s_addr), ntohl(netmask->sin_addr.s_addr)});
@@ -82,21 +86,48 @@ HostAddresses local_host_addresses() {
   return own;
 }
 
-std::string address_to_reach(const HostAddresses& from, const HostAddresses& to) {
-  if (from.host == to.host) return "127.0.0.1";
-  if (to.interfaces.empty()) {
-    throw InvalidArgumentError("host '" + to.host +
-                               "' has no IPv4 interface to send heartbeats to; set run.peer_timeout_s=0 "
-                               "to run without kvrl's heartbeats");
+bool same_host(const HostAddresses& a, const HostAddresses& b) {
+  if (a.host != b.host || a.interfaces.size() != b.interfaces.size()) return false;
+  for (size_t i = 0; i < a.interfaces.size(); ++i) {
+    if (a.interfaces[i].address != b.interfaces[i].address) return false;
   }
+  return true;
+}
+
+std::vector<uint32_t> ambiguous_addresses(const std::vector<HostAddresses>& hosts) {
+  std::map<uint32_t, const HostAddresses*> first_host;
+  std::set<uint32_t> ambiguous;
+  for (const HostAddresses& host : hosts) {
+    for (const Ipv4Interface& interface : host.interfaces) {
+      auto [seen, fresh] = first_host.emplace(interface.address, &host);
+      if (!fresh && !same_host(*seen->second, host)) ambiguous.insert(interface.address);
+    }
+  }
+  return {ambiguous.begin(), ambiguous.end()};
+}
+
+std::string address_to_reach(const HostAddresses& from, const HostAddresses& to,
+                             const std::vector<uint32_t>& ambiguous) {
+  if (same_host(from, to)) return "127.0.0.1";
+  std::vector<Ipv4Interface> usable;
   for (const Ipv4Interface& theirs : to.interfaces) {
+    if (std::find(ambiguous.begin(), ambiguous.end(), theirs.address) == ambiguous.end())
+      usable.push_back(theirs);
+  }
+  if (usable.empty()) {
+    throw InvalidArgumentError(
+        "host '" + to.host +
+        "' has no IPv4 address of its own to send heartbeats to; set run.peer_timeout_s=0 "
+        "to run without kvrl's heartbeats");
+  }
+  for (const Ipv4Interface& theirs : usable) {
     for (const Ipv4Interface& ours : from.interfaces) {
       if (ours.netmask == theirs.netmask &&
           (ours.address & ours.netmask) == (theirs.address & theirs.netmask))
         return dotted(theirs.address);
     }
   }
-  return dotted(to.interfaces.front().address);
+  return dotted(usable.front().address);
 }
 
 RankDirectory exchange_rank_directory(MPI_Comm comm, uint16_t own_port) {

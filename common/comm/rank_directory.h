@@ -18,16 +18,26 @@ struct Ipv4Interface {
 
 struct HostAddresses {
   std::string host;                       // gethostname()
-  std::vector<Ipv4Interface> interfaces;  // up, IPv4, not loopback
+  std::vector<Ipv4Interface> interfaces;  // up and running, IPv4, not loopback
 };
 
 // This host's name and interfaces.
 HostAddresses local_host_addresses();
 
-// The address `from` should send to in order to reach `to`: loopback on the same host, else
-// `to`'s address on a subnet both share (the cluster network), else `to`'s first address.
-// Throws InvalidArgumentError naming the host when `to` has no address at all.
-std::string address_to_reach(const HostAddresses& from, const HostAddresses& to);
+// Whether two entries are one machine: the same name and the same interfaces (two machines
+// may share a name).
+bool same_host(const HostAddresses& a, const HostAddresses& b);
+
+// Addresses that more than one host of `hosts` has (docker0's 172.17.0.1, libvirt's
+// 192.168.122.1): they reach no particular host.
+std::vector<uint32_t> ambiguous_addresses(const std::vector<HostAddresses>& hosts);
+
+// The address `from` should send to in order to reach `to`: loopback on the same host, else,
+// among `to`'s addresses that are not `ambiguous`, one on a subnet both share (the cluster
+// network), else the first. Throws InvalidArgumentError naming the host when `to` has no
+// usable address.
+std::string address_to_reach(const HostAddresses& from, const HostAddresses& to,
+                             const std::vector<uint32_t>& ambiguous = {});
 
 struct RankDirectory {
   std::vector<HostAddresses> hosts;  // by rank

@@ -171,7 +171,10 @@ def test_a_rank_gone_silent_ends_the_job_naming_it_and_resume_finishes(tmp_path,
     saved = checkpoints(run_dir)
     assert saved, "no checkpoint was written before the fault"
     last_update = int(saved[-1].split("-")[1].split(".")[0])  # checkpoint-0000000004.pt
-    resumed, _ = train(3, "--resume", run_dir, f"run.max_updates={last_update + 2}", timeout=120)
+    # A tight timeout on the healthy resumed run: no rank may be taken for lost while the job
+    # starts, trains or ends (the barrier before the heartbeats stop).
+    resumed, _ = train(3, "--resume", run_dir, f"run.max_updates={last_update + 2}", "run.peer_timeout_s=2",
+                       timeout=120)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert "kvrl train: finished:" in resumed.stdout
 
