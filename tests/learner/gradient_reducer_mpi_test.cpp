@@ -119,7 +119,7 @@ TEST(GradientReducerOverMpi, SeveralReductionsInFlightCompleteInAnyOrder_MPI) {
 TEST(GradientReducerOverMpi, BuffersOfAnyLengthComeBackWholeAndIdentical_MPI) {
   initialize_mpi_once();
   const int rank = world_rank();
-  MpiCommunicator communicator(MPI_COMM_WORLD, /*bucket_bytes=*/4 * 333);
+  MpiCommunicator communicator(MPI_COMM_WORLD, /*bucket_bytes=*/int64_t{4} * 333);
   const float ranks = static_cast<float>(communicator.size());
   for (int64_t length : {1, 2, 3, 1001}) {
     // Means over ranks of (rank + 1) * i and of 2 * rank - 1.
