@@ -65,6 +65,19 @@ void send_datagram(uint16_t port, const void* bytes, size_t size) {
   close(fd);
 }
 
+// A heartbeat of rank 1 for job token 7 with this magic and format version, as
+// common/comm/heartbeat_monitor.cpp lays one out (24 bytes; one spare byte for a too-long one).
+std::array<uint8_t, 25> forged_heartbeat(uint32_t magic, uint16_t version) {
+  std::array<uint8_t, 25> bytes{};
+  const uint64_t token = 7;
+  const int32_t rank = 1;
+  std::memcpy(bytes.data(), &magic, 4);
+  std::memcpy(bytes.data() + 4, &version, 2);
+  std::memcpy(bytes.data() + 8, &token, 8);
+  std::memcpy(bytes.data() + 16, &rank, 4);
+  return bytes;
+}
+
 TEST(HeartbeatMonitor, TwoLiveRanksNeverReportEachOther) {
   HeartbeatMonitor a(0, kFast), b(1, kFast);
   Reports a_reports, b_reports;
@@ -106,26 +119,14 @@ TEST(HeartbeatMonitor, HeartbeatsOfAnotherJobOrGarbageDoNotKeepAPeerAlive) {
   const std::string junk = "not a heartbeat at all, but 24 bytes long";
   // Rank 1's heartbeats of this job (token 7) but for one field: the magic, the format
   // version, or the length.
-  const auto forged = [](uint32_t magic, uint16_t version) {
-    std::array<uint8_t, 25> bytes{};
-    const uint16_t flags = 0;
-    const uint64_t token = 7;
-    const int32_t rank = 1;
-    std::memcpy(bytes.data(), &magic, 4);
-    std::memcpy(bytes.data() + 4, &version, 2);
-    std::memcpy(bytes.data() + 6, &flags, 2);
-    std::memcpy(bytes.data() + 8, &token, 8);
-    std::memcpy(bytes.data() + 16, &rank, 4);
-    return bytes;
-  };
-  const auto wrong_magic = forged(0x4248564c, 1), wrong_version = forged(0x4248564b, 2),
-             right = forged(0x4248564b, 1);
+  const auto wrong_magic = forged_heartbeat(0x4248564c, 1), wrong_version = forged_heartbeat(0x4248564b, 2),
+             right = forged_heartbeat(0x4248564b, 1);
   for (int i = 0; i < 10; ++i) {
     send_datagram(a.port(), junk.data(), 24);
     send_datagram(a.port(), junk.data(), junk.size());
-    send_datagram(a.port(), wrong_magic.data(), 24);
-    send_datagram(a.port(), wrong_version.data(), 24);
-    send_datagram(a.port(), right.data(), 25);  // one byte too long
+    send_datagram(a.port(), wrong_magic.data(), wrong_magic.size() - 1);
+    send_datagram(a.port(), wrong_version.data(), wrong_version.size() - 1);
+    send_datagram(a.port(), right.data(), right.size() + 1);  // one byte too long
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(reports.wait_for_report(3 * kFast.timeout_s));
@@ -140,18 +141,10 @@ TEST(HeartbeatMonitor, AForgedHeartbeatWithEveryFieldRightKeepsAPeerAlive) {
   HeartbeatMonitor a(0, kFast);
   Reports reports;
   a.start(7, {}, {{1, "rank 1 (test)", "127.0.0.1", 9}}, reports.handler());
-  std::array<uint8_t, 24> bytes{};
-  const uint32_t magic = 0x4248564b;
-  const uint16_t version = 1;
-  const uint64_t token = 7;
-  const int32_t rank = 1;
-  std::memcpy(bytes.data(), &magic, 4);
-  std::memcpy(bytes.data() + 4, &version, 2);
-  std::memcpy(bytes.data() + 8, &token, 8);
-  std::memcpy(bytes.data() + 16, &rank, 4);
+  const auto bytes = forged_heartbeat(0x4248564b, 1);
   const auto until = Clock::now() + std::chrono::duration<double>(2 * kFast.timeout_s);
   while (Clock::now() < until) {
-    send_datagram(a.port(), bytes.data(), bytes.size());
+    send_datagram(a.port(), bytes.data(), bytes.size() - 1);  // 24 bytes
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(reports.call_count(), 0);
