@@ -356,10 +356,10 @@ MUTATIONS = [
     # --- Learner collectives ---------------------------------------------------------------
     Mutation(
         id="overlapped-gradients-summed",
-        file="common/comm/mpi_communicator.cpp",
-        find="    sum_.div_(static_cast<double>(size_));\n",
+        file="common/comm/mpi_ring_reduction.cpp",
+        find="    host_.div_(static_cast<double>(size_));\n",
         replace="",
-        bug="the overlapped all-reduce sums gradients over learners instead of averaging them",
+        bug="the ring all-reduce sums gradients over learners instead of averaging them",
         catchers=("learner_mpi",),
     ),
     Mutation(
