@@ -130,9 +130,13 @@ host_init() {
   hostname "$ns"
   mount -t tmpfs -o mode=1777 "$PREFIX-shm" /dev/shm
   if [ "$PRIVATE_TMP" = 1 ]; then
-    # The state dir stays visible at its own path (it holds the hostfile and the compiled
-    # helpers, as a shared home would) inside the host's own /tmp.
-    if [[ $STATE == /tmp/* ]]; then mount --bind "$STATE" "$tmp/${STATE#/tmp/}"; fi
+    # The state dir and the checkout stay visible at their own paths inside the host's own
+    # /tmp (the hostfile, the compiled helpers, kvrl and its build, as a shared home or an
+    # NFS-mounted install would be): a checkout under /tmp (a CI clone) must run too.
+    local shared
+    for shared in "$STATE" "$REPO"; do
+      if [[ $shared == /tmp/* ]]; then mount --bind "$shared" "$tmp/${shared#/tmp/}"; fi
+    done
     mount --rbind "$tmp" /tmp
     tmpdir=/tmp
   else
@@ -194,7 +198,10 @@ add_namespace() {
   # IPv4 only: Open MPI would also open IPv6 listeners on every interface.
   ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
   mkdir -p "$tmp"
-  if [[ $STATE == /tmp/* ]]; then mkdir -p "$tmp/${STATE#/tmp/}"; fi
+  local shared
+  for shared in "$STATE" "$REPO"; do
+    if [[ $shared == /tmp/* ]]; then mkdir -p "$tmp/${shared#/tmp/}"; fi
+  done
   chmod 1777 "$tmp"
 }
 
