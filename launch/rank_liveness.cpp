@@ -14,9 +14,12 @@
 namespace kvrl {
 namespace {
 
+// Learners are the lowest ranks (launch/train_command.cpp plan_rank).
+bool is_learner_rank(const RankPlan& plan, int rank) { return rank < static_cast<int>(plan.learners.size()); }
+
 std::string rank_name(const RankPlan& plan, const RankDirectory& directory, int rank) {
-  const bool learner = std::find(plan.learners.begin(), plan.learners.end(), rank) != plan.learners.end();
-  return cat("rank ", rank, " (", learner ? "learner" : "actor", " on ", directory.hosts[rank].host, ")");
+  return cat("rank ", rank, " (", is_learner_rank(plan, rank) ? "learner" : "actor", " on ",
+             directory.hosts[rank].host, ")");
 }
 
 PeerEndpoint endpoint(const RankPlan& plan, const RankDirectory& directory,
@@ -56,9 +59,8 @@ std::unique_ptr<HeartbeatMonitor> watch_peers(const TrainConfig& config, const R
   std::vector<PeerEndpoint> notify, watch;
   for (int peer = 0; peer < plan.size; ++peer) {
     if (peer == plan.rank) continue;
-    const bool peer_is_learner = peer < static_cast<int>(plan.learners.size());
     // Learners depend on every rank, actors on the learners; each rank tells those that watch it.
-    if (plan.is_learner || peer_is_learner) {
+    if (plan.is_learner || is_learner_rank(plan, peer)) {
       watch.push_back(endpoint(plan, directory, ambiguous, peer));
       notify.push_back(watch.back());
     }
