@@ -57,6 +57,8 @@ class ActorCritic : public torch::nn::Module {
 
   // After new weights: restarts every stream's cache (TransformerModule::mark_weight_update).
   void mark_weight_update() { trunk_->mark_weight_update(); }
+  // After new weights: keeps every stream's cache, computed with the previous weights.
+  void keep_context_across_weight_update() { trunk_->keep_cache_across_weight_update(); }
   // After new weights: discards the cache, then rebuilds it from each stream's steps so far
   // in its episode (observations [B, T, O], lengths [B]), so streams keep their context.
   void mark_weight_update_keeping_context(const at::Tensor& observations, const at::Tensor& lengths);

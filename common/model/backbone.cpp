@@ -8,13 +8,14 @@
 
 namespace kvrl {
 
-void Backbone::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
+void Backbone::prefill_kv_cache(const at::Tensor& features, const at::Tensor& lengths, KvCache& kv_cache) {
   torch::NoGradGuard no_grad;
   const int64_t batch = features.size(0);
   // forward() takes the cache by shared_ptr; this one is owned by the caller.
   std::shared_ptr<KvCache> cache(std::shared_ptr<KvCache>(), &kv_cache);
   cache = reset_kv_cache(cache, at::ones({batch}, features.options().dtype(at::kBool)));
-  for (int64_t t = 0; t < features.size(1); ++t) {
+  const int64_t steps = lengths.numel() > 0 ? lengths.max().item<int64_t>() : 0;
+  for (int64_t t = 0; t < steps; ++t) {
     const at::Tensor positions = at::full({batch, 1}, t, features.options().dtype(at::kLong));
     forward(features.narrow(1, t, 1), positions, std::nullopt, cache);
   }

@@ -12,6 +12,11 @@
 
 namespace kvrl {
 
+// How a step's position enters a backbone: a learned table of max_seq_len rows added to
+// the input (the reference), or rotary embeddings of queries and keys, which see only
+// distances and so can slide.
+enum class PositionEncoding { kLearned, kRotary };
+
 // Inference state of a backbone's cached-step path. Only the backbone that made it
 // knows what is inside; the module only holds and passes it back.
 class KvCache {
@@ -43,13 +48,15 @@ class Backbone : public torch::nn::Module {
   virtual std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache,
                                                   const at::Tensor& mask) = 0;
 
-  // Rebuilds, in place, every stream's cache from the first T steps of its current
-  // episode: features [B, T, input_size] hold them at positions 0..T-1 (a stream with
-  // fewer steps is padded at the end; slots past its own length are written but never
-  // read, since the next step overwrites them before attending). Used after new weights
-  // so streams keep their context instead of restarting. The default replays the steps
-  // through the cached-step path; a backbone may compute it as one window.
-  virtual void prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache);
+  // Rebuilds, in place, every stream's cache from the last steps of its current context:
+  // stream b's lengths[b] steps are features[b, :lengths[b]] (padded past its length), and
+  // the cache continues as if it had stepped them from a context start. Used after new
+  // weights so streams keep their context instead of restarting. lengths [B] kLong. The
+  // default replays the steps through the cached-step path, writing padded steps too:
+  // right for a cache whose slots past a stream's length are never read before the next
+  // step overwrites them, so a backbone whose cache is a ring (attention_window() > 0)
+  // must override it.
+  virtual void prefill_kv_cache(const at::Tensor& features, const at::Tensor& lengths, KvCache& kv_cache);
 
   // The cached step with shapes fixed by the batch size and no host synchronisation, so
   // that TransformerModule can capture it in a CUDA graph: it attends over every cache
@@ -64,6 +71,10 @@ class Backbone : public torch::nn::Module {
   virtual int64_t num_heads() const = 0;
   virtual int64_t head_dim() const = 0;
   virtual int64_t max_seq_len() const = 0;
+  // 0: a step attends to its whole context, which may not reach max_seq_len steps. W > 0:
+  // a step attends to the last W steps of its context (itself included), positions are
+  // unbounded and the cache holds W steps per stream (a sliding window).
+  virtual int64_t attention_window() const { return 0; }
 };
 
 }  // namespace kvrl

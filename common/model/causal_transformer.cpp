@@ -5,6 +5,7 @@
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/nn/modules/activation.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/model/rotary_embedding.h"
 #include "common/support/errors.h"
 
 namespace kvrl {
@@ -48,6 +50,20 @@ void CausalTransformerOptions::validate() const {
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw InvalidArgumentError("dropout (" + std::to_string(dropout) + ") must be in [0, 1).");
   }
+  if (attention_window < 0 || attention_window > max_seq_len) {
+    throw InvalidArgumentError("attention_window (" + std::to_string(attention_window) +
+                               ") must be in [0, max_seq_len=" + std::to_string(max_seq_len) +
+                               "] (0: attend to the whole context).");
+  }
+  if (attention_window > 0 && positions == PositionEncoding::kLearned) {
+    throw InvalidArgumentError("attention_window (" + std::to_string(attention_window) +
+                               ") needs rotary positions: learned absolute positions cannot slide past "
+                               "max_seq_len.");
+  }
+  if (positions == PositionEncoding::kRotary && (hidden_size / num_heads) % 2 != 0) {
+    throw InvalidArgumentError("rotary positions need an even head size; hidden_size / num_heads = " +
+                               std::to_string(hidden_size / num_heads) + ".");
+  }
 }
 
 CausalTransformer::CausalTransformer(const CausalTransformerOptions& options,
@@ -55,7 +71,9 @@ CausalTransformer::CausalTransformer(const CausalTransformerOptions& options,
     : options_(options) {
   options_.validate();
   in_proj_ = register_module("in_proj", torch::nn::Linear(options_.input_size, options_.hidden_size));
-  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(options_.max_seq_len, options_.hidden_size));
+  if (options_.positions == PositionEncoding::kLearned) {
+    pos_emb_ = register_module("pos_emb", torch::nn::Embedding(options_.max_seq_len, options_.hidden_size));
+  }
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < options_.num_layers; ++i) {
     TransformerBlock block(options_.hidden_size, options_.num_heads, options_.feedforward_size(),
@@ -71,7 +89,7 @@ int64_t CausalTransformer::check_positions(const at::Tensor& positions) const {
   // One host sync per call, as in the reference; the cached step reuses the value to
   // size its attention.
   const int64_t max_position = positions.max().item<int64_t>();
-  if (max_position >= options_.max_seq_len) {
+  if (options_.attention_window == 0 && max_position >= options_.max_seq_len) {
     throw sequence_too_long(options_.max_seq_len);
   }
   return max_position;
@@ -91,19 +109,18 @@ BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::
         c10::str(positions.sizes()) + ".");
   }
   const int64_t max_position = check_positions(positions);
-  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
+  at::Tensor h = embed(features, positions);
   if (!kv_cache) {
     const int64_t t = features.size(1);
-    at::Tensor window_mask =
-        mask ? *mask
-             : at::ones({t, t}, features.options().dtype(at::kBool)).tril().expand({features.size(0), t, t});
+    const std::optional<RotaryAngles> rotary = rotary_angles_of(positions, h.scalar_type());
+    at::Tensor window_mask = mask ? *mask : causal_window_mask(features.size(0), t, features.options());
     const at::Tensor attn_mask = window_mask.unsqueeze(-3);
     // Computed once for all layers: they share the mask.
     const std::vector<AttentionChunk> chunks =
         window_mask.scalar_type() == at::kBool && window_mask.dim() == 3 && t > kAttentionQueryChunk
             ? attention_chunks(window_mask, kAttentionQueryChunk)
             : std::vector<AttentionChunk>{};
-    for (auto& block : block_list_) h = block->forward(h, attn_mask, chunks);
+    for (auto& block : block_list_) h = block->forward(h, attn_mask, chunks, rotary ? &*rotary : nullptr);
     return {norm_->forward(h), nullptr};
   }
   if (features.size(1) != 1) {
@@ -129,7 +146,8 @@ CausalTransformerKvCache& CausalTransformer::cache_of(KvCache* kv_cache, int64_t
   return *cache;
 }
 
-void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv_cache) {
+void CausalTransformer::prefill_kv_cache(const at::Tensor& features, const at::Tensor& lengths,
+                                         KvCache& kv_cache) {
   if (features.dim() != 3 || features.size(-1) != options_.input_size) {
     throw InvalidArgumentError(
         "prefill features must have shape [B, T, input_size=" + std::to_string(options_.input_size) +
@@ -142,39 +160,100 @@ void CausalTransformer::prefill_kv_cache(const at::Tensor& features, KvCache& kv
       at::arange(t, features.options().dtype(at::kLong)).expand({features.size(0), t});
   check_positions(positions);
   torch::NoGradGuard no_grad;
-  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions);
-  // Every row starts its episode at slot 0, so the mask is plain causal (undefined here).
-  const at::Tensor attn_mask;
-  // Under autocast the cache keeps its own dtype: the copy casts on write, as the step does.
+  at::Tensor h = embed(features, positions);
+  const std::optional<RotaryAngles> rotary = rotary_angles_of(positions, h.scalar_type());
+  // Every row starts its context at slot 0, so the mask is plain causal (undefined: the
+  // fused kernel), banded when the window slides.
+  const at::Tensor attn_mask = options_.attention_window > 0
+                                   ? causal_window_mask(features.size(0), t, features.options()).unsqueeze(1)
+                                   : at::Tensor();
+  const at::Tensor host_lengths = lengths.to(at::kCPU);
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     at::Tensor layer_keys = cache.keys.select(1, layer);
     at::Tensor layer_values = cache.values.select(1, layer);
-    h = block_list_[layer]->forward(h, attn_mask, /*chunks=*/{}, &layer_keys, &layer_values);
+    WindowKeysValues window;
+    h = block_list_[layer]->forward(h, attn_mask, /*chunks=*/{}, rotary ? &*rotary : nullptr, &window);
+    store_prefill(window, host_lengths, layer_keys, layer_values);
   }
-  cache.high_water = std::max(cache.high_water, t);
+  cache.high_water = std::max(cache.high_water, std::min(t, options_.cache_slots()));
+}
+
+// Under autocast the cache keeps its own dtype: the copy casts on write, as the step does.
+void CausalTransformer::store_prefill(const WindowKeysValues& window, const at::Tensor& lengths,
+                                      at::Tensor& layer_keys, at::Tensor& layer_values) const {
+  const int64_t t = window.keys.size(2);
+  if (options_.attention_window == 0) {
+    layer_keys.narrow(/*dim=*/2, 0, t).copy_(window.keys);
+    layer_values.narrow(/*dim=*/2, 0, t).copy_(window.values);
+    return;
+  }
+  // A ring keeps each row's last W steps; a row's padding must not overwrite any of them.
+  const int64_t slots = options_.cache_slots();
+  std::vector<int64_t> rows, steps, ring_slots;
+  const auto length_of = lengths.accessor<int64_t, 1>();
+  for (int64_t row = 0; row < length_of.size(0); ++row) {
+    for (int64_t step = std::max<int64_t>(0, length_of[row] - slots); step < length_of[row]; ++step) {
+      rows.push_back(row);
+      steps.push_back(step);
+      ring_slots.push_back(step % slots);
+    }
+  }
+  if (rows.empty()) return;
+  const auto index_options = at::TensorOptions().dtype(at::kLong).device(layer_keys.device());
+  const at::Tensor row_index = at::tensor(rows, index_options);
+  const at::Tensor step_index = at::tensor(steps, index_options);
+  const at::Tensor slot_index = at::tensor(ring_slots, index_options);
+  using at::indexing::Slice;
+  layer_keys.index_put_({row_index, Slice(), slot_index},
+                        window.keys.index({row_index, Slice(), step_index}).to(layer_keys.scalar_type()));
+  layer_values.index_put_({row_index, Slice(), slot_index},
+                          window.values.index({row_index, Slice(), step_index}).to(layer_values.scalar_type()));
+}
+
+at::Tensor CausalTransformer::embed(const at::Tensor& features, const at::Tensor& positions) {
+  at::Tensor h = in_proj_->forward(features);
+  return pos_emb_ ? h + pos_emb_->forward(positions) : h;
+}
+
+std::optional<RotaryAngles> CausalTransformer::rotary_angles_of(const at::Tensor& positions,
+                                                                c10::ScalarType dtype) const {
+  if (options_.positions != PositionEncoding::kRotary) return std::nullopt;
+  return rotary_angles(positions, head_dim(), dtype);
+}
+
+at::Tensor CausalTransformer::causal_window_mask(int64_t batch, int64_t steps,
+                                                 const at::TensorOptions& options) const {
+  at::Tensor mask = at::ones({steps, steps}, options.dtype(at::kBool)).tril();
+  if (options_.attention_window > 0) mask = mask.triu(-(options_.attention_window - 1));
+  return mask.expand({batch, steps, steps});
 }
 
 at::Tensor CausalTransformer::static_step(const at::Tensor& features, const at::Tensor& positions,
                                           KvCache& kv_cache) {
   CausalTransformerKvCache& cache = cache_of(&kv_cache, features.size(0));
   torch::NoGradGuard no_grad;
-  at::Tensor h = in_proj_->forward(features) + pos_emb_->forward(positions.unsqueeze(-1));
+  at::Tensor h = embed(features, positions.unsqueeze(-1));
   // The whole cache length, whatever the positions: shapes must not depend on values.
-  return forward_cached_step(std::move(h), positions, options_.max_seq_len - 1, cache).out;
+  return forward_cached_step(std::move(h), positions, options_.cache_slots() - 1, cache).out;
 }
 
 BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Tensor& positions,
                                                       int64_t max_position, CausalTransformerKvCache& cache) {
-  const int64_t context = max_position + 1;
+  const int64_t slots = options_.cache_slots();
+  const int64_t context = std::min(max_position + 1, slots);
   cache.high_water = std::max(cache.high_water, context);
+  // Slot s holds a step of the context once the stream's position reached s; a full ring
+  // (position >= W - 1) holds the last W steps, each in slot position mod W.
   const at::Tensor valid = at::arange(context, positions.options()) <= positions.view({-1, 1});
   const at::Tensor attn_mask = valid.view({-1, 1, 1, context});
   const at::Tensor batch_index = at::arange(h.size(0), positions.options());
+  const at::Tensor write_slots = options_.attention_window > 0 ? positions.remainder(slots) : positions;
+  const std::optional<RotaryAngles> rotary = rotary_angles_of(positions.view({-1, 1}), h.scalar_type());
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     at::Tensor layer_keys = cache.keys.select(1, layer);
     at::Tensor layer_values = cache.values.select(1, layer);
-    h = block_list_[layer]->forward_cached(h, attn_mask, layer_keys, layer_values, batch_index, positions,
-                                           context);
+    h = block_list_[layer]->forward_cached(h, attn_mask, layer_keys, layer_values, batch_index, write_slots,
+                                           context, rotary ? &*rotary : nullptr);
   }
   return {norm_->forward(h), nullptr};
 }
@@ -189,7 +268,7 @@ std::shared_ptr<KvCache> CausalTransformer::new_kv_cache(int64_t batch_size,
                             .dtype(dtype.value_or(weight.scalar_type()))
                             .requires_grad(false);
   auto cache = std::make_shared<CausalTransformerKvCache>();
-  const std::vector<int64_t> shape{batch_size, num_layers(), num_heads(), max_seq_len(), head_dim()};
+  const std::vector<int64_t> shape{batch_size, num_layers(), num_heads(), options_.cache_slots(), head_dim()};
   cache->keys = at::zeros(shape, tensor_options);
   cache->values = at::zeros(shape, tensor_options);
   return cache;

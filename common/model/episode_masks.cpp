@@ -32,12 +32,13 @@ at::Tensor positions_from_is_init(const at::Tensor& is_init) {
   return index - last_reset;
 }
 
-at::Tensor segment_causal_mask_from_is_init(const at::Tensor& is_init) {
+at::Tensor segment_causal_mask_from_is_init(const at::Tensor& is_init, int64_t window) {
   check_is_init(is_init);
   at::Tensor segment = is_init.to(at::kLong).cumsum(/*dim=*/-1);
   at::Tensor same_segment = segment.unsqueeze(-1) == segment.unsqueeze(-2);
   const int64_t t = is_init.size(-1);
   at::Tensor causal = at::ones({t, t}, is_init.options()).tril();
+  if (window > 0) causal = causal.triu(-(window - 1));
   return same_segment & causal;
 }
 

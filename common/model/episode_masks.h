@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+
 namespace kvrl {
 
 // Position of each step within its episode segment: restarts at 0 on every is_init,
@@ -13,8 +15,9 @@ namespace kvrl {
 at::Tensor positions_from_is_init(const at::Tensor& is_init);
 
 // Block-diagonal causal mask [*batch, T, T]: entry [i, j] is true (may attend) iff
-// j <= i and steps i and j belong to the same episode segment.
+// j <= i and steps i and j belong to the same episode segment, and, with a sliding
+// `window` W > 0, i - j < W.
 // Throws InvalidArgumentError unless is_init is a bool tensor with at least one dim.
-at::Tensor segment_causal_mask_from_is_init(const at::Tensor& is_init);
+at::Tensor segment_causal_mask_from_is_init(const at::Tensor& is_init, int64_t window = 0);
 
 }  // namespace kvrl

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/model/rotary_embedding.h"
 #include "common/support/errors.h"
 
 namespace kvrl {
@@ -62,19 +63,16 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_head
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
-                                         const std::vector<AttentionChunk>& chunks, at::Tensor* layer_keys,
-                                         at::Tensor* layer_values) {
+                                         const std::vector<AttentionChunk>& chunks, const RotaryAngles* rotary,
+                                         WindowKeysValues* captured) {
   const int64_t batch = h.size(0);
   const int64_t t = h.size(1);
   auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
   auto heads = [&](const at::Tensor& x) { return x.view({batch, t, num_heads_, head_dim_}).transpose(1, 2); };
-  const at::Tensor queries = heads(qkv[0]);
-  const at::Tensor keys = heads(qkv[1]);
+  const at::Tensor queries = rotary ? apply_rotary(heads(qkv[0]), *rotary) : heads(qkv[0]);
+  const at::Tensor keys = rotary ? apply_rotary(heads(qkv[1]), *rotary) : heads(qkv[1]);
   const at::Tensor values = heads(qkv[2]);
-  if (layer_keys != nullptr && layer_values != nullptr) {
-    layer_keys->narrow(/*dim=*/2, 0, t).copy_(keys.detach());
-    layer_values->narrow(/*dim=*/2, 0, t).copy_(values.detach());
-  }
+  if (captured != nullptr) *captured = {keys.detach(), values.detach()};
   // An undefined mask means plain causal attention, which lets SDPA pick its fused
   // causal kernel instead of materialising a [B, heads, T, T] mask.
   if (!attn_mask.defined()) {
@@ -97,17 +95,18 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
 
 at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
                                                 at::Tensor& layer_keys, at::Tensor& layer_values,
-                                                const at::Tensor& batch_index, const at::Tensor& positions,
-                                                int64_t context) {
+                                                const at::Tensor& batch_index, const at::Tensor& slots,
+                                                int64_t context, const RotaryAngles* rotary) {
   const int64_t batch = h.size(0);
   auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
   // One step per stream: [B, 1, hidden] -> [B, heads, head_dim] for the cache write.
-  auto step_heads = [&](const at::Tensor& x) { return x.view({batch, num_heads_, head_dim_}); };
-  const at::Tensor q = qkv[0].view({batch, 1, num_heads_, head_dim_}).transpose(1, 2);
+  auto step_heads = [&](const at::Tensor& x) { return x.reshape({batch, num_heads_, head_dim_}); };
+  auto heads = [&](const at::Tensor& x) { return x.view({batch, 1, num_heads_, head_dim_}).transpose(1, 2); };
+  const at::Tensor q = rotary ? apply_rotary(heads(qkv[0]), *rotary) : heads(qkv[0]);
+  const at::Tensor k = rotary ? apply_rotary(heads(qkv[1]), *rotary) : heads(qkv[1]);
   using at::indexing::Slice;
-  layer_keys.index_put_({batch_index, Slice(), positions},
-                        step_heads(qkv[1]).detach().to(layer_keys.scalar_type()));
-  layer_values.index_put_({batch_index, Slice(), positions},
+  layer_keys.index_put_({batch_index, Slice(), slots}, step_heads(k).detach().to(layer_keys.scalar_type()));
+  layer_values.index_put_({batch_index, Slice(), slots},
                           step_heads(qkv[2]).detach().to(layer_values.scalar_type()));
   // Slots past `context` are masked out for every stream, so leaving them out of the
   // attention changes no output and makes the step cost follow the context in use.

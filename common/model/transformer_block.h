@@ -14,6 +14,8 @@
 
 namespace kvrl {
 
+struct RotaryAngles;
+
 // A run of queries of a window and the keys that any of them may attend to under the
 // window mask. Attending a query chunk over its key range only is exact (the keys left
 // out are masked for every query in it) and skips the causal upper triangle, the
@@ -30,25 +32,32 @@ struct AttentionChunk {
 // chunk without any). One host copy of a [chunks, T] reduction.
 std::vector<AttentionChunk> attention_chunks(const at::Tensor& mask, int64_t query_chunk);
 
+// A window's keys and values as a block computed them (keys rotated where positions are
+// rotary), [B, heads, T, head_dim], for a cache prefill to store.
+struct WindowKeysValues {
+  at::Tensor keys;
+  at::Tensor values;
+};
+
 class TransformerBlockImpl : public torch::nn::Module {
  public:
   TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward, double dropout);
 
   // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T], or
   // undefined for plain causal attention. A masked window attends chunk by chunk when
-  // `chunks` (from attention_chunks) is not empty. With
-  // layer_keys/layer_values ([B, heads, max_seq_len, head_dim]) it also writes the
-  // window's keys and values into their first T slots (cache prefill).
+  // `chunks` (from attention_chunks) is not empty. `rotary`: the window's position angles
+  // when positions are rotary, else null. With `captured` it also hands out the window's
+  // keys and values (cache prefill).
   at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask,
-                     const std::vector<AttentionChunk>& chunks = {}, at::Tensor* layer_keys = nullptr,
-                     at::Tensor* layer_values = nullptr);
+                     const std::vector<AttentionChunk>& chunks = {}, const RotaryAngles* rotary = nullptr,
+                     WindowKeysValues* captured = nullptr);
 
   // Cached-step path: writes this step's keys and values into layer_keys/layer_values
-  // ([B, heads, max_seq_len, head_dim]) at (batch_index, positions), then attends over
-  // the first `context` slots under attn_mask [B, 1, 1, context].
+  // ([B, heads, cache slots, head_dim]) at (batch_index, slots), then attends over the
+  // first `context` slots under attn_mask [B, 1, 1, context]. `rotary`: this step's angles.
   at::Tensor forward_cached(const at::Tensor& h, const at::Tensor& attn_mask, at::Tensor& layer_keys,
-                            at::Tensor& layer_values, const at::Tensor& batch_index,
-                            const at::Tensor& positions, int64_t context);
+                            at::Tensor& layer_values, const at::Tensor& batch_index, const at::Tensor& slots,
+                            int64_t context, const RotaryAngles* rotary);
 
  private:
   at::Tensor attend(const at::Tensor& h, const at::Tensor& attention);

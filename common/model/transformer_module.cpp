@@ -62,6 +62,8 @@ std::shared_ptr<Backbone> build_backbone(const TransformerModuleOptions& options
   backbone_options.max_seq_len = *options.max_seq_len;
   backbone_options.dim_feedforward = options.dim_feedforward;
   backbone_options.dropout = options.dropout;
+  backbone_options.positions = options.positions;
+  backbone_options.attention_window = options.attention_window;
   return std::make_shared<CausalTransformer>(backbone_options, device);
 }
 
@@ -130,6 +132,10 @@ void TransformerModule::reset_cache() {
 
 void TransformerModule::mark_weight_update() { reset_cache(); }
 
+void TransformerModule::keep_cache_across_weight_update() {
+  if (kv_cache_) weights_version_ = current_weights_version();
+}
+
 TransformerModule::WeightsVersion TransformerModule::current_weights_version() const {
   WeightsVersion version;
   for (const auto& parameter : backbone_->parameters()) {
@@ -193,6 +199,7 @@ bool TransformerModule::uses_static_step(const c10::Device& device) const {
 }
 
 void TransformerModule::bound_next_position(const at::Tensor& init, bool fresh) {
+  if (backbone_->attention_window() > 0) return;  // a sliding window has no last position
   const int64_t max_seq_len = backbone_->max_seq_len();
   next_position_bound_ = fresh ? 0 : next_position_bound_ + 1;
   if (next_position_bound_ < max_seq_len) return;
@@ -265,7 +272,7 @@ void TransformerModule::prefill(const at::Tensor& value, const at::Tensor& lengt
   }
   torch::NoGradGuard no_grad;
   ensure_fresh_state(value);
-  backbone_->prefill_kv_cache(value, *kv_cache_);
+  backbone_->prefill_kv_cache(value, lengths.to(value.device()), *kv_cache_);
   // In place: a captured step graph keeps reading these positions.
   positions_.copy_(lengths);
   next_position_bound_ = lengths.numel() > 0 ? lengths.max().item<int64_t>() - 1 : -1;
@@ -290,7 +297,7 @@ at::Tensor TransformerModule::window(const at::Tensor& value, const at::Tensor& 
         "episode in the window.");
   }
   const at::Tensor positions = positions_from_is_init(window_init);
-  const at::Tensor mask = segment_causal_mask_from_is_init(window_init);
+  const at::Tensor mask = segment_causal_mask_from_is_init(window_init, backbone_->attention_window());
   at::Tensor out = backbone_->forward(features, positions, mask, nullptr).out;
 
   std::vector<int64_t> out_shape(batch.begin(), batch.end());

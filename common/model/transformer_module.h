@@ -32,6 +32,8 @@ struct TransformerModuleOptions {
   std::optional<int64_t> max_seq_len;      // longest episode; required without a backbone
   std::optional<int64_t> dim_feedforward;  // per-block MLP width; default 4 * hidden_size
   double dropout = 0.0;                    // dropout probability in the block MLPs
+  PositionEncoding positions = PositionEncoding::kLearned;  // learned table or rotary
+  int64_t attention_window = 0;  // 0: whole context; W: the last W steps (rotary only)
   bool default_recurrent_mode = false;     // path of forward() outside a RecurrentModeGuard
   bool validate_windows = true;            // window() checks every row starts with is_init
   // On a CUDA device, step() replays its static-shape step from a CUDA graph captured once
@@ -88,9 +90,9 @@ class TransformerModule : public torch::nn::Module {
   // InvalidArgumentError when validate_windows is set and a row does not start an episode.
   at::Tensor window(const at::Tensor& value, const at::Tensor& is_init);
 
-  // Rebuilds the cache so that stream b continues its episode at position lengths[b],
-  // attending to its first lengths[b] steps value[b, :lengths[b]] computed with the current
-  // weights (rows are padded past their length). Call it after mark_weight_update() to
+  // Rebuilds the cache so that stream b continues its context at position lengths[b],
+  // attending to its steps value[b, :lengths[b]] computed with the current weights as if
+  // its context had started at the first of them (rows are padded past their length). Call it after mark_weight_update() to
   // keep every stream's context instead of restarting it, so the acting policy is the one
   // a learner evaluates on the whole episode. value [B, T, F], lengths [B] (kLong, each in
   // [0, T]). Throws InvalidArgumentError on bad shapes, SequenceTooLongError past max_seq_len.
@@ -101,6 +103,11 @@ class TransformerModule : public torch::nn::Module {
   // Discards the cache after new weights were applied, so no stream attends to keys and
   // values computed with the previous weights.
   void mark_weight_update();
+  // After new weights were applied in place: keeps the cache as it is, so streams go on
+  // attending to keys and values the previous weights computed (in-flight weight updates,
+  // as PipelineRL does). Without it the next step would see changed parameters and start
+  // a fresh cache.
+  void keep_cache_across_weight_update();
 
   bool recurrent_mode() const;
   bool has_cache() const { return kv_cache_ != nullptr; }

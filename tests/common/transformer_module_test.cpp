@@ -262,8 +262,9 @@ TEST_F(TransformerModuleTest, WindowPrefillMatchesTheStepReplay) {
   const at::Tensor features = torch::randn({4, 6, 3});
   auto windowed = backbone.new_kv_cache(4, std::nullopt, std::nullopt);
   auto replayed = backbone.new_kv_cache(4, std::nullopt, std::nullopt);
-  backbone.prefill_kv_cache(features, *windowed);
-  backbone.Backbone::prefill_kv_cache(features, *replayed);
+  const at::Tensor lengths = torch::full({4}, 6, torch::kLong);
+  backbone.prefill_kv_cache(features, lengths, *windowed);
+  backbone.Backbone::prefill_kv_cache(features, lengths, *replayed);
   const auto& a = dynamic_cast<CausalTransformerKvCache&>(*windowed);
   const auto& b = dynamic_cast<CausalTransformerKvCache&>(*replayed);
   EXPECT_GT(a.keys.abs().sum().item<double>(), 0.0);
