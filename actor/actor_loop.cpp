@@ -19,12 +19,14 @@
 namespace kvrl {
 namespace {
 
-Episode empty_episode(int64_t rank, uint64_t id, int64_t observation_size, int64_t action_size) {
+Episode empty_episode(int64_t rank, uint64_t id, int64_t observation_size, int64_t action_size,
+                      int64_t stream) {
   Episode e;
   e.actor_rank = rank;
   e.episode_id = id;
   e.observation_size = observation_size;
   e.action_size = action_size;
+  e.stream = stream;
   return e;
 }
 
@@ -124,24 +126,36 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
   if (stats_.policy_version >= 0) ++stats_.weight_updates_applied;
   stats_.policy_version = policy_version;
   stats_.applied_weights.record(policy_version, parameters_);
-  if (!options_.keep_context_on_update) {
-    model_->mark_weight_update();
-    contexts_restarted_ = true;  // the next step starts every stream's context
-    return;
+  switch (options_.on_weight_update) {
+    case WeightUpdatePolicy::kRestart:
+      model_->mark_weight_update();
+      contexts_restarted_ = true;  // the next step starts every stream's context
+      return;
+    case WeightUpdatePolicy::kKeep:
+      model_->keep_context_across_weight_update();
+      for (const ContextHistory& context : contexts_) stats_.contexts_kept_stale += context.steps() > 0 ? 1 : 0;
+      return;
+    case WeightUpdatePolicy::kReprefill:
+      rebuild_contexts();
+      return;
   }
+}
+
+void ActorLoop::rebuild_contexts() {
   const int64_t obs_size = env_.observation_size();
-  const int64_t streams = static_cast<int64_t>(open_.size());
-  int64_t longest = 0;
-  // Observations are recorded before the step they act on, so they count the steps taken.
-  auto steps_taken = [&](const Episode& e) { return static_cast<int64_t>(e.observations.size()) / obs_size; };
-  for (const Episode& e : open_) longest = std::max(longest, steps_taken(e));
-  at::Tensor observations = at::zeros({streams, longest, obs_size}, at::kFloat);
+  const auto streams = static_cast<int64_t>(contexts_.size());
+  // Each stream re-encodes the steps that can still change its next step: its whole
+  // context, or its last context_reach steps when the window slides.
   std::vector<int64_t> lengths(streams);
+  int64_t longest = 0;
+  for (int64_t i = 0; i < streams; ++i) {
+    lengths[i] = contexts_[i].kept();
+    longest = std::max(longest, lengths[i]);
+  }
+  at::Tensor observations = at::zeros({streams, longest, obs_size}, at::kFloat);
   float* rows = observations.data_ptr<float>();
   for (int64_t i = 0; i < streams; ++i) {
-    const Episode& e = open_[i];
-    lengths[i] = steps_taken(e);
-    std::copy(e.observations.begin(), e.observations.end(), rows + i * longest * obs_size);
+    contexts_[i].copy_last(lengths[i], rows + i * longest * obs_size);
     stats_.context_steps_rebuilt += lengths[i];
   }
   model_->mark_weight_update_keeping_context(observations.to(options_.device),
@@ -161,8 +175,8 @@ bool ActorLoop::ship_outbox() {
                         " on purpose"));
     }
     transport_.send(options_.learner_ranks[index], MessageTag::kEpisode, std::move(bytes));
-    // A learner with any credit left takes a whole episode: it may overdraw by one episode,
-    // which bounds the steps in flight by credit_steps plus the time limit.
+    // A learner with any credit left takes a whole episode or fragment: it may overdraw by
+    // one, which bounds the steps in flight by credit_steps plus the longest message.
     credits_[index] -= outbox_.back().length();
     ++stats_.episodes_sent;
     ++stats_.episodes_sent_to[index];
@@ -180,13 +194,44 @@ void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& 
   const float* values = step.values.data_ptr<float>();
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
     Episode& e = open_[i];
+    ContextHistory& context = contexts_[i];
+    if (is_init[i]) context.restart();
+    if (e.length() == 0) {  // a fragment starts: it carries what its first step attends to
+      const int64_t prefix = std::min(context.kept(), options_.context_reach);
+      context.append_last(prefix, e.context_observations);
+      stats_.context_prefix_steps += prefix;
+    }
     e.observations.insert(e.observations.end(), obs + i * obs_size, obs + (i + 1) * obs_size);
+    context.push(obs + i * obs_size);
     e.actions.insert(e.actions.end(), actions + i * act_size, actions + (i + 1) * act_size);
     e.is_init.push_back(is_init[i]);
     e.behaviour_log_probs.push_back(log_probs[i]);
     e.values.push_back(values[i]);
     e.policy_versions.push_back(stats_.policy_version);
   }
+}
+
+std::vector<uint8_t> ActorLoop::context_starts() {
+  std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
+  for (size_t i = 0; i < init.size(); ++i) {
+    if (init[i]) continue;
+    if (contexts_restarted_) {
+      ++stats_.contexts_restarted;
+      init[i] = 1;
+    } else if (options_.segment_steps > 0 && contexts_[i].steps() >= options_.segment_steps) {
+      ++stats_.segment_restarts;
+      init[i] = 1;
+    }
+  }
+  contexts_restarted_ = false;
+  return init;
+}
+
+Episode ActorLoop::next_fragment(const Episode& done, int64_t stream) const {
+  Episode next = empty_episode(done.actor_rank, done.episode_id, done.observation_size, done.action_size, stream);
+  next.first_step = done.first_step + done.length();
+  next.return_before = done.episode_return();
+  return next;
 }
 
 // Sampling runs where the policy runs: on a GPU its own generator, seeded the same way.
@@ -232,7 +277,8 @@ PolicyStep ActorLoop::act(const std::vector<uint8_t>& init, at::Generator& gener
   return step;
 }
 
-// Records the step's outcome in every open episode and moves the finished ones to the outbox.
+// Records the step's outcome in every open episode and moves the finished ones, and the
+// fragments that reached fragment_steps, to the outbox.
 void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
   const int64_t obs_size = env_.observation_size();
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
@@ -244,19 +290,22 @@ void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
       e.final_observation.assign(env_.final_observations().begin() + i * obs_size,
                                  env_.final_observations().begin() + (i + 1) * obs_size);
       outbox_.push_back(std::move(e));
-      e = empty_episode(transport_.rank(), next_episode_id++, obs_size, env_.action_size());
+      e = empty_episode(transport_.rank(), next_episode_id++, obs_size, env_.action_size(), i);
+    } else if (options_.fragment_steps > 0 && e.length() == options_.fragment_steps) {
+      // The episode goes on: the bootstrap state is the observation the next step sees.
+      e.final_observation.assign(env_.observations().begin() + i * obs_size,
+                                 env_.observations().begin() + (i + 1) * obs_size);
+      Episode next = next_fragment(e, i);
+      ++stats_.fragments_continuing;
+      outbox_.push_back(std::move(e));
+      e = std::move(next);
     }
   }
 }
 
 void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id,
                                   std::vector<float>& actions) {
-  std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
-  if (contexts_restarted_) {
-    stats_.contexts_restarted += std::count(init.begin(), init.end(), uint8_t{0});
-    std::fill(init.begin(), init.end(), uint8_t{1});
-  }
-  contexts_restarted_ = false;
+  const std::vector<uint8_t> init = context_starts();
   const PolicyStep step = act(init, generator);
   record_step(step, init);
   std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
@@ -288,7 +337,9 @@ ActorStats ActorLoop::run() {
   uint64_t next_episode_id = 0;
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
     open_.push_back(
-        empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size()));
+        empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size(), i));
+    contexts_.emplace_back(env_.observation_size(),
+                           std::max(options_.context_reach, options_.segment_steps));
   }
   // Act only with the learners' weights: wait for version 0.
   while (stats_.policy_version < 0 && !all_learners_stopped()) {

@@ -1,10 +1,13 @@
 // An actor rank's loop: steps its VectorEnv with the ActorCritic on the cached path,
-// records complete episodes and ships each to a learner (the one with the most credits
-// left, so the load balances); with no credit left it stops stepping until a learner
-// grants one, so a slow learner throttles actors and memory stays bounded. New weights
-// are applied between steps, then mark_weight_update() restarts every stream's cache;
-// a staged broadcast (common/comm/staged_weights.h) is joined at a step boundary and swapped
-// in at a later one, once it has landed.
+// records complete episodes, or fragments of actor.fragment_steps steps each with the
+// context prefix its first step attended to, and ships each to a learner (the one with
+// the most credits left, so the load balances); with no credit left it stops stepping
+// until a learner grants one, so a slow learner throttles actors and memory stays bounded.
+// A stream's context restarts at its episode's start, every segment_steps steps (the
+// segment policy) and, with the restart policy, at new weights; every restart is recorded
+// as is_init. New weights are applied between steps, then restart, rebuild or keep the
+// streams' caches (on_weight_update); a staged broadcast (common/comm/staged_weights.h) is
+// joined at a step boundary and swapped in at a later one, once it has landed.
 // It ends when every learner has said stop, after telling each learner how many
 // episodes it sent. Asked to stop itself (a signal), it stops stepping and asks the
 // learners to end the run; episodes cut short or never sent are counted.
@@ -13,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "actor/context_history.h"
 #include "actor/vector_env.h"
 #include "common/comm/parameter_vector.h"
 #include "common/comm/staged_weights.h"
@@ -25,13 +29,24 @@
 
 namespace kvrl {
 
+// What new weights do to a stream's live context.
+enum class WeightUpdatePolicy {
+  kRestart,    // the reference's mark_weight_update(): every context restarts (recorded as is_init)
+  kReprefill,  // the cache is rebuilt from the context's observations with the new weights
+  kKeep,       // the keys and values the old weights computed stay (in-flight updates)
+};
+
 struct ActorStats {
   int64_t env_steps = 0;
-  int64_t episodes_sent = 0;
+  int64_t episodes_sent = 0;           // messages: whole episodes or fragments
+  int64_t fragments_continuing = 0;    // of them, fragments whose episode went on
+  int64_t context_prefix_steps = 0;    // observations sent as fragments' context prefixes
+  int64_t segment_restarts = 0;        // contexts restarted after segment_steps steps
   int64_t weight_updates_applied = 0;  // new versions applied after the initial weights
   int64_t cache_invalidations = 0;     // mark_weight_update() calls
-  int64_t context_steps_rebuilt = 0;   // steps re-encoded to keep context across updates
-  int64_t contexts_restarted = 0;      // streams restarted inside an episode after new weights
+  int64_t context_steps_rebuilt = 0;   // steps re-encoded to keep context across updates (reprefill)
+  int64_t contexts_restarted = 0;      // streams restarted inside an episode after new weights (restart)
+  int64_t contexts_kept_stale = 0;     // streams that went on with the old weights' cache (keep)
   int64_t graph_steps = 0;             // cached steps replayed from a CUDA graph (model.cuda_graphs)
   int64_t policy_version = -1;         // the version acting at the end
   int64_t corrupt_messages_injected = 0;
@@ -47,9 +62,15 @@ struct ActorLoopOptions {
   std::vector<int> learner_ranks;
   int64_t credit_steps = 2048;  // env steps that may be in flight to each learner
   uint64_t seed = 0;
-  // After new weights, rebuild each stream's cache from its episode so far (true), or
-  // restart every stream's context as the reference's mark_weight_update() does (false).
-  bool keep_context_on_update = true;
+  WeightUpdatePolicy on_weight_update = WeightUpdatePolicy::kReprefill;
+  int64_t fragment_steps = 0;  // ship fragments of at most this many steps; 0: whole episodes
+  // A stream's context restarts after this many steps (segment policy: max_seq_len - 1,
+  // leaving a slot for the bootstrap token); 0: never (a sliding window).
+  int64_t segment_steps = 0;
+  // How many steps before a step can change what the policy computes for it: the longest
+  // context prefix a fragment carries, and what a rebuild re-encodes (sliding window:
+  // num_layers * (W - 1); segment: segment_steps - 1, the whole context; 0 without context).
+  int64_t context_reach = 0;
   // Where the policy and its caches live; only the recorded step data comes back to the
   // CPU, in one device-to-host copy per step.
   c10::Device device = c10::Device(c10::kCPU);
@@ -71,6 +92,13 @@ class ActorLoop {
   void handle(const Message& message);
   // `is_init`: per stream, whether this step started its context.
   void record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init);
+  // Which streams start a context with this step: new episodes, restarts after new
+  // weights, and segments that reached segment_steps.
+  std::vector<uint8_t> context_starts();
+  // Rebuilds every stream's cache from its context's observations (reprefill).
+  void rebuild_contexts();
+  // The fragment that continues `done`'s episode on stream `stream`.
+  Episode next_fragment(const Episode& done, int64_t stream) const;
   void apply_weights(const WeightsMessage& weights);
   // After the parameters hold `policy_version`: bookkeeping and mark_weight_update().
   void adopt_weights(int64_t policy_version);
@@ -97,10 +125,11 @@ class ActorLoop {
   std::unique_ptr<StagedWeightReceiver> staged_weights_;  // with options_.weight_broadcast
   std::vector<int64_t> credits_;                          // env steps each learner will still accept
   std::vector<bool> learner_stopped_;
-  std::vector<Episode> open_;    // the episode each environment is in
+  std::vector<Episode> open_;    // the episode, or fragment of one, each environment is in
+  std::vector<ContextHistory> contexts_;  // each stream's current context
   std::vector<Episode> outbox_;  // complete episodes waiting for a credit
   ActorStats stats_;
-  // New weights restarted every stream's context (keep_context_on_update=false): the next
+  // New weights restarted every stream's context (on_weight_update=restart): the next
   // step records is_init on every stream.
   bool contexts_restarted_ = false;
 };

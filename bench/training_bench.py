@@ -23,7 +23,7 @@ learning result. Each configuration runs once per repeat, alternating which side
 first.
 
     python bench/training_bench.py --kvrl build/launch/kvrl --steps 300000 --target-return 400 \
-        --kvrl-variant restart:actor.keep_context_on_update=false --out bench/results/training_bench.json
+        --kvrl-variant restart:actor.on_weight_update=restart --out bench/results/training_bench.json
 """
 import argparse
 import json
@@ -159,7 +159,7 @@ def main():
                              "reaches it")
     parser.add_argument("--kvrl-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                         help="also run kvrl with these config overrides, beside its defaults and against the same "
-                             "TorchRL run (repeatable), e.g. restart:actor.keep_context_on_update=false")
+                             "TorchRL run (repeatable), e.g. restart:actor.on_weight_update=restart")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "training_bench.json"))
     parser.add_argument("--torchrl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-actors", type=int, default=1, help=argparse.SUPPRESS)
@@ -170,7 +170,7 @@ def main():
         pairs = [pair for pair in overrides.split(",") if pair]
         if not name or not pairs or any("=" not in pair for pair in pairs) or f"kvrl:{name}" in variants:
             parser.error(f"--kvrl-variant {text}: expected a new NAME:KEY=VALUE[,KEY=VALUE...], e.g. "
-                         "restart:actor.keep_context_on_update=false")
+                         "restart:actor.on_weight_update=restart")
         variants[f"kvrl:{name}"] = pairs
     if args.torchrl_worker:
         print(json.dumps(run_torchrl(args.worker_actors, args.steps, args.seed)))

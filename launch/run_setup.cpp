@@ -5,6 +5,20 @@
 
 namespace kvrl {
 
+ContextPlan context_plan(const TrainConfig& config) {
+  ContextPlan plan;
+  if (config.context == "sliding") {
+    plan.attention_window = config.attention_window > 0 ? config.attention_window : config.max_seq_len;
+    plan.reach = config.num_layers * (plan.attention_window - 1);
+  } else {
+    // One slot stays free for the bootstrap token that follows a segment's last step.
+    plan.segment_steps = config.max_seq_len - 1;
+    plan.reach = plan.segment_steps - 1;
+  }
+  if (!config.temporal_context) plan.reach = 0;  // every step is its own context
+  return plan;
+}
+
 std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
   return config.env_plugin.empty() ? make_environment(config.env_name, config.env_options)
                                    : make_plugin_environment(config.env_plugin, config.env_options);
@@ -18,6 +32,9 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   options.transformer.num_heads = config.num_heads;
   options.transformer.max_seq_len = config.max_seq_len;
   if (config.dim_feedforward > 0) options.transformer.dim_feedforward = config.dim_feedforward;
+  options.transformer.positions =
+      config.positions == "rotary" ? PositionEncoding::kRotary : PositionEncoding::kLearned;
+  options.transformer.attention_window = context_plan(config).attention_window;
   const PolicyShape shape = policy_shape_for(env.observation_space(), env.action_space());
   options.discrete = shape.discrete;
   options.num_outputs = shape.num_outputs;

@@ -10,6 +10,17 @@
 
 namespace kvrl {
 
+// How far a stream's context reaches, as actors keep it and learners rebuild it.
+struct ContextPlan {
+  int64_t attention_window = 0;  // 0: a step attends to its whole context
+  int64_t segment_steps = 0;     // a context restarts after this many steps; 0: never (sliding)
+  // The longest context prefix a fragment carries: the steps before a step that can change
+  // what the policy computes for it (num_layers * (W - 1) for a sliding window, whose
+  // layers each look W - 1 steps further back through the keys of the layer below).
+  int64_t reach = 0;
+};
+ContextPlan context_plan(const TrainConfig& config);
+
 // The configured environment: a built-in by name, or a plugin.
 std::unique_ptr<Environment> make_configured_env(const TrainConfig& config);
 // The policy for `env` with the config's model sizes; throws InvalidArgumentError when

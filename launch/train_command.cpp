@@ -193,21 +193,22 @@ Setup prepare(const TrainInputs& arguments) {
   setup.config = TrainConfig::load(arguments.config_path, arguments.overrides);
   setup.prototype = make_configured_env(setup.config);
   const int64_t time_limit = setup.prototype->time_limit();
-  if (time_limit <= 0) {
+  const int64_t fragment_steps = setup.config.fragment_steps;
+  if (time_limit <= 0 && fragment_steps == 0) {
     throw InvalidArgumentError(setup.prototype->name() +
-                               " has no time limit, so its episodes could outgrow the cache: "
-                               "give it one (kvrl trains on complete episodes)");
-  }
-  if (time_limit + 1 > setup.config.max_seq_len) {
-    throw InvalidArgumentError(
-        "env time limit (" + std::to_string(time_limit) + ") + 1 exceeds model.max_seq_len (" +
-        std::to_string(setup.config.max_seq_len) +
-        "): raise max_seq_len or lower the time limit (the learner adds one token per episode "
-        "for its final observation)");
+                               " has no time limit, so whole episodes could grow without bound: set "
+                               "actor.fragment_steps (e.g. 64) to ship fragments");
   }
   setup.model = model_options(setup.config, *setup.prototype);
-  setup.spec = {setup.prototype->observation_space().flat_size(), setup.prototype->action_space().flat_size(),
-                time_limit};
+  const ContextPlan plan = context_plan(setup.config);
+  setup.spec.observation_size = setup.prototype->observation_space().flat_size();
+  setup.spec.action_size = setup.prototype->action_space().flat_size();
+  setup.spec.max_length = fragment_steps == 0 ? time_limit
+                          : time_limit > 0    ? std::min(fragment_steps, time_limit)
+                                              : fragment_steps;
+  setup.spec.max_context = plan.reach;
+  setup.spec.streams = setup.config.num_envs;
+  setup.spec.segment_steps = plan.segment_steps;
   return setup;
 }
 

@@ -183,7 +183,20 @@ std::vector<Field> model_fields() {
           "attention heads; must divide hidden_size"),
       int_field(
           "model.max_seq_len", [](auto& c) -> auto& { return c.max_seq_len; }, 2, 1 << 20,
-          "positions and cache slots; must exceed the environment's time limit"),
+          "the longest context: learned positions and cache slots (segment), the widest window (sliding)"),
+      string_field(
+          "model.positions", [](auto& c) -> auto& { return c.positions; }, {"learned", "rotary"},
+          "learned: a table of max_seq_len positions added to the input (the reference); rotary: queries and "
+          "keys rotated by position, so attention sees distances and can slide"),
+      string_field(
+          "model.context", [](auto& c) -> auto& { return c.context; }, {"segment", "sliding"},
+          "what a step attends to once its episode outgrows the context: segment restarts the context every "
+          "max_seq_len - 1 steps (recorded as is_init); sliding attends to the last attention_window steps "
+          "(rotary positions only; the cache is a ring of that many slots)"),
+      int_field(
+          "model.attention_window", [](auto& c) -> auto& { return c.attention_window; }, 0, 1 << 20,
+          "context=sliding: the steps each step attends to, itself included, at most max_seq_len; 0 = "
+          "max_seq_len. Must stay 0 with context=segment"),
       int_field(
           "model.dim_feedforward", [](auto& c) -> auto& { return c.dim_feedforward; }, 0, 1 << 20,
           "MLP width; 0 = 4 * hidden_size"),
@@ -329,11 +342,17 @@ std::vector<Field> checkpoint_and_actor_fields() {
       int_field(
           "actor.credit_steps", [](auto& c) -> auto& { return c.credit_steps; }, 1, int64_t{1} << 40,
           "env steps an actor may have in flight to each learner (flow control)"),
-      bool_field(
-          "actor.keep_context_on_update", [](auto& c) -> auto& { return c.keep_context_on_update; },
-          "after new weights, rebuild each stream's key/value cache from its episode so far (true) or "
-          "restart every stream's context as the reference does (false; the restart is recorded as is_init, "
-          "so the learner's windows restart there too)")};
+      string_field(
+          "actor.on_weight_update", [](auto& c) -> auto& { return c.on_weight_update; },
+          {"restart", "reprefill", "keep"},
+          "what new weights do to a stream's live context: restart it (the reference's mark_weight_update; "
+          "recorded as is_init, so the learner's windows restart there too), reprefill (rebuild the cache "
+          "from the context's observations with the new weights) or keep (go on attending to the keys and "
+          "values the old weights computed, as in-flight updates do; the learner recomputes with its own)"),
+      int_field(
+          "actor.fragment_steps", [](auto& c) -> auto& { return c.fragment_steps; }, 0, 1 << 20,
+          "ship each episode in fragments of this many steps, each with the context prefix its first step "
+          "attended to; 0 = whole episodes (the environment needs a time limit)")};
 }
 
 const std::vector<Field>& schema() {
@@ -392,6 +411,11 @@ void apply(TrainConfig& config, const std::string& key, const std::string& text)
       field.set(config, key, text);
       return;
     }
+  }
+  if (key == "actor.keep_context_on_update") {
+    throw InvalidArgumentError(
+        "config key 'actor.keep_context_on_update' was replaced by actor.on_weight_update: true is "
+        "reprefill, false is restart");
   }
   throw InvalidArgumentError("unknown config key '" + key + "' (the keys are listed in docs/config.md)");
 }
@@ -460,6 +484,28 @@ std::vector<std::pair<std::string, std::string>> config_entries(const std::strin
 }
 
 // Checks between keys, once every key has its value.
+// The position scheme, the context policy and the window must agree.
+void check_context_keys(const TrainConfig& config) {
+  const std::string window = std::to_string(config.attention_window);
+  if (config.context == "sliding" && config.positions != "rotary") {
+    throw InvalidArgumentError(
+        "config: model.context = sliding needs model.positions = rotary (learned absolute positions "
+        "cannot slide past max_seq_len), got model.positions = " + config.positions);
+  }
+  if (config.context == "segment" && config.attention_window != 0) {
+    throw InvalidArgumentError("config: model.attention_window (" + window +
+                               ") applies to model.context = sliding; keep it 0 with context = segment");
+  }
+  if (config.attention_window > config.max_seq_len) {
+    throw InvalidArgumentError("config: model.attention_window (" + window + ") must be in [0, model.max_seq_len = " +
+                               std::to_string(config.max_seq_len) + "]");
+  }
+  if (config.positions == "rotary" && (config.hidden_size / config.num_heads) % 2 != 0) {
+    throw InvalidArgumentError("config: model.positions = rotary needs an even head size; model.hidden_size / "
+                               "model.num_heads = " + std::to_string(config.hidden_size / config.num_heads));
+  }
+}
+
 void check_consistency(const TrainConfig& config) {
   for (const auto& [key, value] :
        {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
@@ -486,6 +532,7 @@ void check_consistency(const TrainConfig& config) {
                                ") must divide model.hidden_size (" + std::to_string(config.hidden_size) +
                                ")");
   }
+  check_context_keys(config);
 }
 
 }  // namespace

@@ -35,7 +35,10 @@ struct TrainConfig {
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
   int64_t num_heads = 4;
-  int64_t max_seq_len = 512;     // must exceed the environment's time limit
+  int64_t max_seq_len = 512;     // positions a context holds (segment) and the widest window
+  std::string positions = "learned";  // learned (the reference's table) or rotary
+  std::string context = "segment";    // segment: restart every max_seq_len - 1 steps; sliding: last W
+  int64_t attention_window = 0;       // sliding: W, the steps a step attends to; 0 = max_seq_len
   int64_t dim_feedforward = 0;   // 0 = 4 * hidden_size
   bool temporal_context = true;  // false: each step sees only its own observation
   bool cuda_graphs = true;       // actors on CUDA replay the cached step from a CUDA graph
@@ -60,8 +63,8 @@ struct TrainConfig {
   // actor
   std::string actor_device = "auto";  // auto, cpu, cuda or cuda:N
   int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
-  bool keep_context_on_update =
-      true;  // rebuild each stream's cache after new weights instead of restarting it
+  std::string on_weight_update = "reprefill";  // restart, reprefill or keep the streams' caches
+  int64_t fragment_steps = 0;                  // ship fragments of this many steps; 0 = whole episodes
 
   // The learner's options with planned_updates derived from the run's budget.
   LearnerOptions learner_options() const;

@@ -114,7 +114,14 @@ ActorLoopOptions actor_loop_options(const RankResources& rank, uint64_t seed) {
   ActorLoopOptions options;
   options.learner_ranks = rank.plan.learners;
   options.credit_steps = rank.config.credit_steps;
-  options.keep_context_on_update = rank.config.keep_context_on_update;
+  const std::string& policy = rank.config.on_weight_update;
+  options.on_weight_update = policy == "restart" ? WeightUpdatePolicy::kRestart
+                             : policy == "keep"  ? WeightUpdatePolicy::kKeep
+                                                 : WeightUpdatePolicy::kReprefill;
+  const ContextPlan plan = context_plan(rank.config);
+  options.fragment_steps = rank.config.fragment_steps;
+  options.segment_steps = plan.segment_steps;
+  options.context_reach = plan.reach;
   options.seed = seed;
   options.device = rank.device;
   options.faults = rank.plan.faults;
@@ -126,7 +133,9 @@ ActorLoopOptions actor_loop_options(const RankResources& rank, uint64_t seed) {
 }  // namespace
 
 RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Communicator>& communicator) {
-  Learner learner(rank.model, rank.config.learner_options(), communicator);
+  LearnerOptions options = rank.config.learner_options();
+  options.max_window_tokens = rank.spec.max_context + rank.spec.max_length + 1;
+  Learner learner(rank.model, options, communicator);
   const TrainingProgress resumed =
       rank.plan.resuming ? restore(rank, learner, *communicator) : TrainingProgress{};
   LearnerLoop loop(learner_loop_options(rank, resumed), rank.transport, communicator, learner,

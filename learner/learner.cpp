@@ -1,5 +1,6 @@
 #include "learner/learner.h"
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -123,9 +124,10 @@ void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_lo
   }
 }
 
-UpdateStats Learner::update(const std::vector<Episode>& episodes) {
+UpdateStats Learner::update(const std::vector<Episode>& episodes, int64_t policy_version) {
   skipped_this_update_ = false;
-  UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes) : update_vtrace(episodes);
+  UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes, policy_version)
+                                                  : update_vtrace(episodes, policy_version);
   stats.skipped = skipped_this_update_;
   inject_nonfinite_loss_ = false;
   ++updates_;
@@ -171,16 +173,39 @@ ReturnOptions return_options(const LearnerOptions& options) {
 
 }  // namespace
 
-UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
-  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
+WindowBatch Learner::pack(const std::vector<Episode>& episodes) const {
+  const int64_t limit = options_.max_window_tokens > 0 ? options_.max_window_tokens
+                                                       : model_->trunk().transformer().max_seq_len();
+  return pack_windows(episodes, limit).to(device());
+}
+
+namespace {
+
+void record_agreement(const ActingAgreement& agreement, UpdateStats& stats) {
+  stats.acting_kl = agreement.kl;
+  stats.same_version_steps = agreement.same_version_steps;
+  stats.same_version_max_log_prob_error = agreement.same_version_max_log_prob_error;
+  stats.same_version_max_value_error = agreement.same_version_max_value_error;
+}
+
+at::Tensor all_rows(const WindowBatch& batch) { return at::arange(batch.rows(), at::kLong); }
+
+}  // namespace
+
+UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t policy_version) {
+  const WindowBatch batch = pack(episodes);
   UpdateStats stats;
   PpoTargets targets;
   {
     torch::NoGradGuard no_grad;
     const PolicyWindow start = model_->evaluate(batch.observations, batch.is_init);
     targets.old_values = start.values;
+    const at::Tensor start_log_probs = model_->log_prob(start, batch.actions);
+    record_agreement(acting_agreement(batch, WindowRows(batch, all_rows(batch)), start_log_probs, start.values,
+                                      policy_version),
+                     stats);
     if (options_.decoupled) {
-      targets.anchor_log_probs = model_->log_prob(start, batch.actions);
+      targets.anchor_log_probs = start_log_probs;
       targets.behaviour_weights =
           (targets.anchor_log_probs - batch.behaviour_log_probs).exp().clamp_max(options_.rho_bar);
       const at::Tensor real_weights = targets.behaviour_weights.masked_select(batch.step_mask);
@@ -221,15 +246,19 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes) {
 // Several optimizer steps per batch (epochs x minibatches of rows), each recomputing the
 // V-trace targets with the current values: more learning per env step than IMPALA's
 // single pass, and with one epoch and one minibatch it is exactly that single pass.
-UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes) {
-  const WindowBatch batch = pack_windows(episodes, model_->trunk().transformer().max_seq_len()).to(device());
+UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes, int64_t policy_version) {
+  const WindowBatch batch = pack(episodes);
   UpdateStats stats;
+  bool first_minibatch = true;
   std::vector<std::vector<const EpisodeSlot*>> slots_of_row(batch.rows());
   for (const EpisodeSlot& slot : batch.slots) slots_of_row[slot.row].push_back(&slot);
   const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
   const auto loss_of = [&](const WindowRows& rows_of, const PolicyWindow& window) {
     const at::Tensor mask = rows_of(batch.step_mask);
     const at::Tensor log_probs = model_->log_prob(window, rows_of(batch.actions));
+    if (std::exchange(first_minibatch, false)) {
+      record_agreement(acting_agreement(batch, rows_of, log_probs, window.values, policy_version), stats);
+    }
     const VTraceRowTargets targets =
         vtrace_row_targets(batch, rows_of, window.values, log_probs, slots_of_row, return_options(options_));
     const at::Tensor vs = targets.vs.to(mask.device());

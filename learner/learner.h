@@ -49,6 +49,9 @@ struct LearnerOptions {
   // each started while backward still runs (overlap_allreduce), or all after it.
   int64_t allreduce_bucket_bytes = int64_t{25} << 20;
   bool overlap_allreduce = true;
+  // The most tokens a window row may take (a context prefix, the steps and the final
+  // observation); 0: the model's max_seq_len.
+  int64_t max_window_tokens = 0;
 };
 
 struct UpdateStats {
@@ -56,6 +59,11 @@ struct UpdateStats {
   double approx_kl = 0, clip_fraction = 0;  // PPO
   double rho_mean = 0, rho_max = 0;         // V-trace, decoupled PPO: truncated pi/mu
   double grad_norm = 0, learning_rate = 0, packing_efficiency = 0;
+  // The learner's policy at the batch's start against the acting policy (PPO: the whole
+  // batch; V-trace: the first minibatch's rows).
+  double acting_kl = 0;
+  int64_t same_version_steps = 0;
+  double same_version_max_log_prob_error = 0, same_version_max_value_error = 0;
   int64_t episodes = 0, steps = 0;
   // A loss or gradient was NaN or Inf on some learner: that optimizer step and the rest
   // of the update were skipped, so the parameters are those of the last finite step.
@@ -70,7 +78,9 @@ class Learner {
 
   // One update (PPO: `epochs` optimizer steps) from this learner's share of a batch; a
   // collective over the learners, which must all call it with their shares.
-  UpdateStats update(const std::vector<Episode>& episodes);
+  // `policy_version`: the version this learner's parameters hold, for the acting
+  // agreement's same-version figures (-1: none).
+  UpdateStats update(const std::vector<Episode>& episodes, int64_t policy_version = -1);
 
   // Copies learner 0's parameters into every learner (call once at start).
   void synchronize_parameters();
@@ -96,8 +106,10 @@ class Learner {
   // records the terms in `stats`, as the batch started.
   void optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
                 bool first_step, UpdateStats& stats);
-  UpdateStats update_ppo(const std::vector<Episode>& episodes);
-  UpdateStats update_vtrace(const std::vector<Episode>& episodes);
+  UpdateStats update_ppo(const std::vector<Episode>& episodes, int64_t policy_version);
+  UpdateStats update_vtrace(const std::vector<Episode>& episodes, int64_t policy_version);
+  // The batch's windows, on the learner's device.
+  WindowBatch pack(const std::vector<Episode>& episodes) const;
 
   // One minibatch's loss terms, as the algorithm computes them from its rows and the
   // model's window over them (which carries the gradient).

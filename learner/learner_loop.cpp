@@ -252,8 +252,10 @@ void LearnerLoop::record_batch(const std::vector<Episode>& batch) {
     ++lag_count_;
     batch_lag_sum += lag;
     batch_lag_max_ = std::max(batch_lag_max_, lag);
-    recent_returns_.push_back(e.episode_return());
-    recent_lengths_.push_back(static_cast<double>(e.length()));
+    if (e.ends_episode()) {  // a fragment whose episode goes on has no return yet
+      recent_returns_.push_back(e.episode_return());
+      recent_lengths_.push_back(static_cast<double>(e.first_step + e.length()));
+    }
     if (recent_returns_.size() > 100) recent_returns_.pop_front();
     if (recent_lengths_.size() > 100) recent_lengths_.pop_front();
   }
@@ -302,7 +304,7 @@ bool LearnerLoop::update_once(int64_t share) {
   for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
   record_batch(batch);
   if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
-  stats_.last_update = learner_.update(batch);
+  stats_.last_update = learner_.update(batch, policy_version_);
   ++policy_version_;
   // Episodes that waited in the queue may now lag more than max_policy_lag too.
   drop_stale_queued_episodes();

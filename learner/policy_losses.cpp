@@ -88,3 +88,25 @@ VTraceRowTargets vtrace_row_targets(const WindowBatch& batch, const WindowRows& 
 }
 
 }  // namespace kvrl
+
+namespace kvrl {
+
+ActingAgreement acting_agreement(const WindowBatch& batch, const WindowRows& rows_of, const at::Tensor& log_probs,
+                                 const at::Tensor& values, int64_t policy_version) {
+  at::NoGradGuard no_grad;
+  const at::Tensor mask = rows_of(batch.step_mask);
+  const at::Tensor log_ratio = (log_probs - rows_of(batch.behaviour_log_probs)).masked_select(mask);
+  ActingAgreement agreement;
+  agreement.kl = ((log_ratio.exp() - 1) - log_ratio).mean().item<double>();
+  if (policy_version < 0) return agreement;
+  const at::Tensor same = rows_of(batch.policy_versions) == policy_version;
+  agreement.same_version_steps = same.sum().item<int64_t>();
+  if (agreement.same_version_steps == 0) return agreement;
+  agreement.same_version_max_log_prob_error =
+      (log_probs - rows_of(batch.behaviour_log_probs)).abs().masked_select(same).max().item<double>();
+  agreement.same_version_max_value_error =
+      (values - rows_of(batch.behaviour_values)).abs().masked_select(same).max().item<double>();
+  return agreement;
+}
+
+}  // namespace kvrl

@@ -56,6 +56,22 @@ struct PpoLossTerms {
 
 PpoLossTerms ppo_loss_terms(const PpoTokens& tokens, double clip_epsilon, double value_clip);
 
+// How the learner's policy at a batch's start agrees with the policy that acted.
+struct ActingAgreement {
+  double kl = 0;  // mean over steps of KL(acting || learner), k3 estimate from the taken actions
+  // Over the steps acted with the learner's own version: the largest |log-prob| and |value|
+  // differences. With the same weights and the same context these are float rounding.
+  int64_t same_version_steps = 0;
+  double same_version_max_log_prob_error = 0;
+  double same_version_max_value_error = 0;
+};
+
+// log_probs and values [rows, T] of the learner's policy at the batch's start for some
+// rows of a batch (`rows_of`), compared with what the actors recorded. `policy_version`:
+// the learner's version (-1: no same-version figures).
+ActingAgreement acting_agreement(const WindowBatch& batch, const WindowRows& rows_of, const at::Tensor& log_probs,
+                                 const at::Tensor& values, int64_t policy_version);
+
 // V-trace targets [rows, T] on the host for some rows of a batch, from the rows' values and
 // log-probabilities under the current parameters.
 struct VTraceRowTargets {

@@ -100,6 +100,10 @@ std::vector<std::pair<std::string, double>> RunReporter::scalars(const RunSnapsh
                             {"learner/packing_efficiency", s.update.packing_efficiency},
                             {"learner/queue_depth", static_cast<double>(s.queue_depth)},
                             {"learner/skipped_updates", static_cast<double>(s.skipped_updates)},
+                            {"acting/kl", s.update.acting_kl},
+                            {"acting/same_version_steps", static_cast<double>(s.update.same_version_steps)},
+                            {"acting/same_version_max_log_prob_error", s.update.same_version_max_log_prob_error},
+                            {"acting/same_version_max_value_error", s.update.same_version_max_value_error},
                         });
   for (const auto& [reason, count] : s.dropped)
     out.emplace_back("dropped/" + reason, static_cast<double>(count));

@@ -1,7 +1,8 @@
-// Packs complete episodes into [B, T] training windows. Each episode takes its steps plus
-// one token for its final observation (the bootstrap state of a truncated episode);
-// several episodes share a row where they fit (first-fit, longest first), every row
-// starts at an episode start, and padding is masked out of every loss.
+// Packs episodes and fragments into [B, T] training windows. Each takes its context
+// prefix (burn-in tokens: attended over, trained on nothing), its steps, and one token for
+// its final observation (the bootstrap state of a truncated episode or of a fragment whose
+// episode goes on); several share a row where they fit (first-fit, longest first), every
+// row starts at a context start, and prefixes and padding are masked out of every loss.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,18 +15,21 @@ namespace kvrl {
 
 struct EpisodeSlot {
   int64_t row = 0;
-  int64_t offset = 0;  // first step's column
-  int64_t length = 0;  // steps; the final observation sits at offset + length
+  int64_t offset = 0;   // first step's column; its context prefix fills the columns before it
+  int64_t length = 0;   // steps; the final observation sits at offset + length
+  int64_t context = 0;  // context prefix tokens before offset
   bool terminated = false;
 };
 
 struct WindowBatch {
   at::Tensor observations;         // [B, T, O] float
   at::Tensor actions;              // [B, T, A] float (0 off the steps)
-  at::Tensor is_init;              // [B, T] bool: episode starts, and every padding token
-  at::Tensor step_mask;            // [B, T] bool: tokens that are episode steps
+  at::Tensor is_init;              // [B, T] bool: context starts, and every padding token
+  at::Tensor step_mask;            // [B, T] bool: tokens that are steps to train on
   at::Tensor rewards;              // [B, T] float
   at::Tensor behaviour_log_probs;  // [B, T] float
+  at::Tensor behaviour_values;     // [B, T] float: the acting policy's values
+  at::Tensor policy_versions;      // [B, T] long: the version that acted; -1 off the steps
   std::vector<EpisodeSlot> slots;
   std::vector<int64_t> row_tokens;  // per row: tokens before its padding
   std::vector<int64_t> row_steps;   // per row: real steps
@@ -57,7 +61,7 @@ class WindowRows {
 };
 
 // Throws InvalidArgumentError when `episodes` is empty, sizes differ, or an episode needs
-// more than max_tokens (its length + 1).
+// more than max_tokens (its context prefix + its length + 1).
 WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens);
 
 }  // namespace kvrl

@@ -43,10 +43,11 @@ class MalformedInputError : public Error {
 // A message from another rank failed validation; the receiver drops and counts it.
 class MalformedMessageError : public Error {
  public:
-  enum class Reason { kTruncated, kChecksum, kHeader, kSpec, kContent };
+  enum class Reason { kTruncated, kChecksum, kHeader, kSpec, kContent, kFragment };
   MalformedMessageError(Reason reason, const std::string& what) : Error(what), reason_(reason) {}
   Reason reason() const { return reason_; }
-  // "truncated", "checksum", "header", "spec" or "content": the counter's name.
+  // "truncated", "checksum", "header", "spec", "content" or "fragment" (an episode fragment
+  // inconsistent with its stream: step numbers, prefix, stream index): the counter's name.
   static const char* reason_name(Reason reason);
 
  private:
@@ -65,6 +66,8 @@ inline const char* MalformedMessageError::reason_name(Reason reason) {
       return "spec";
     case Reason::kContent:
       return "content";
+    case Reason::kFragment:
+      return "fragment";
   }
   return "unknown";
 }

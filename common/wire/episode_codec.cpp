@@ -25,13 +25,14 @@ enum class FieldId : uint16_t {
   kValues,
   kPolicyVersions,
   kFinalObservation,
+  kContextObservations,
 };
 enum class Dtype : uint8_t { kFloat32 = 1, kUInt8 = 2, kInt64 = 3 };
 
-constexpr size_t kHeaderBytes = 32;
+constexpr size_t kHeaderBytes = 56;
 constexpr size_t kFieldEntryBytes = 16;
 constexpr size_t kTrailerBytes = 4;
-constexpr uint16_t kFieldCount = 10;
+constexpr uint16_t kFieldCount = 11;
 
 struct FieldLayout {
   FieldId id;
@@ -43,7 +44,7 @@ struct FieldLayout {
 size_t dtype_size(Dtype dtype) { return dtype == Dtype::kFloat32 ? 4 : dtype == Dtype::kUInt8 ? 1 : 8; }
 size_t field_bytes(const FieldLayout& f) { return dtype_size(f.dtype) * f.dim0 * (f.dim1 ? f.dim1 : 1); }
 
-std::vector<FieldLayout> layout_for(uint32_t length, const EpisodeSpec& spec) {
+std::vector<FieldLayout> layout_for(uint32_t length, uint32_t context_length, const EpisodeSpec& spec) {
   const auto obs = static_cast<uint32_t>(spec.observation_size);
   const auto act = static_cast<uint32_t>(spec.action_size);
   return {{FieldId::kObservations, Dtype::kFloat32, length, obs},
@@ -55,7 +56,8 @@ std::vector<FieldLayout> layout_for(uint32_t length, const EpisodeSpec& spec) {
           {FieldId::kBehaviourLogProbs, Dtype::kFloat32, length, 0},
           {FieldId::kValues, Dtype::kFloat32, length, 0},
           {FieldId::kPolicyVersions, Dtype::kInt64, length, 0},
-          {FieldId::kFinalObservation, Dtype::kFloat32, obs, 0}};
+          {FieldId::kFinalObservation, Dtype::kFloat32, obs, 0},
+          {FieldId::kContextObservations, Dtype::kFloat32, context_length, obs}};
 }
 
 template <typename T>
@@ -96,7 +98,6 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
       static_cast<int64_t>(e.final_observation.size()) != spec.observation_size) {
     return std::string("field sizes do not match the length and the spec");
   }
-  if (e.is_init[0] != 1) return std::string("the first step is not marked is_init");
   for (int64_t i = 0; i < t; ++i) {
     const bool last = i == t - 1;
     if (e.terminated[i] > 1 || e.truncated[i] > 1 || e.is_init[i] > 1)
@@ -105,12 +106,47 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
       return "episode ends early at step " + std::to_string(i);
     if (e.policy_versions[i] < 0) return std::string("negative policy version");
   }
-  if (!(e.terminated[t - 1] ^ e.truncated[t - 1])) {
-    return std::string("the last step must be either terminated or truncated");
+  if (e.terminated[t - 1] && e.truncated[t - 1]) {
+    return std::string("the last step is both terminated and truncated");
   }
   if (!all_finite(e.observations) || !all_finite(e.actions) || !all_finite(e.rewards) ||
-      !all_finite(e.behaviour_log_probs) || !all_finite(e.values) || !all_finite(e.final_observation)) {
+      !all_finite(e.behaviour_log_probs) || !all_finite(e.values) || !all_finite(e.final_observation) ||
+      !all_finite(e.context_observations) || !std::isfinite(e.return_before)) {
     return std::string("a value is not finite");
+  }
+  return std::nullopt;
+}
+
+// What makes a fragment inconsistent with the stream it claims to continue, or nothing.
+std::optional<std::string> fragment_problem(const Episode& e, const EpisodeSpec& spec) {
+  if (e.stream < 0 || e.stream >= spec.streams) {
+    return "unknown stream " + std::to_string(e.stream) + " (an actor steps " + std::to_string(spec.streams) +
+           " environments)";
+  }
+  const int64_t context = e.context_length();
+  if (context > spec.max_context) {
+    return "context prefix of " + std::to_string(context) + " steps is longer than the policy's reach (" +
+           std::to_string(spec.max_context) + ")";
+  }
+  if (e.first_step < 0 || context > e.first_step) {
+    return "step numbers: a prefix of " + std::to_string(context) + " steps before step " +
+           std::to_string(e.first_step) + " reaches before the episode's first step";
+  }
+  if (e.first_step == 0 && e.is_init[0] != 1) return std::string("the episode's first step is not marked is_init");
+  if (e.is_init[0] == 1 && context > 0) {
+    return "the first step starts a context but carries a prefix of " + std::to_string(context) + " steps";
+  }
+  if (e.is_init[0] != 1 && context == 0 && spec.max_context > 0) {
+    return "step " + std::to_string(e.first_step) + " continues a context but carries none of it";
+  }
+  // A longer context would take positions the learner's window does not have.
+  int64_t run = context;
+  for (int64_t i = 0; i < e.length() && spec.segment_steps > 0; ++i) {
+    run = e.is_init[i] ? 1 : run + 1;
+    if (run > spec.segment_steps) {
+      return "the context at step " + std::to_string(e.first_step + i) + " holds " + std::to_string(run) +
+             " steps, more than a segment (" + std::to_string(spec.segment_steps) + ")";
+    }
   }
   return std::nullopt;
 }
@@ -118,9 +154,17 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
 }  // namespace
 
 double Episode::episode_return() const {
-  double total = 0;
+  double total = return_before;
   for (float reward : rewards) total += reward;
   return total;
+}
+
+int64_t Episode::context_length() const {
+  return observation_size > 0 ? static_cast<int64_t>(context_observations.size()) / observation_size : 0;
+}
+
+bool Episode::ends_episode() const {
+  return !rewards.empty() && (terminated.back() != 0 || truncated.back() != 0);
 }
 
 int64_t Episode::oldest_policy_version() const {
@@ -128,11 +172,13 @@ int64_t Episode::oldest_policy_version() const {
 }
 
 EpisodeCodec::EpisodeCodec(EpisodeSpec spec) : spec_(spec) {
-  if (spec.observation_size < 1 || spec.action_size < 1 || spec.max_length < 1) {
+  if (spec.observation_size < 1 || spec.action_size < 1 || spec.max_length < 1 || spec.max_context < 0 ||
+      spec.streams < 1) {
     throw InvalidArgumentError("EpisodeSpec sizes must be positive (observation " +
                                std::to_string(spec.observation_size) + ", action " +
                                std::to_string(spec.action_size) + ", max_length " +
-                               std::to_string(spec.max_length) + ")");
+                               std::to_string(spec.max_length) + ", streams " + std::to_string(spec.streams) +
+                               "; max_context " + std::to_string(spec.max_context) + " >= 0)");
   }
 }
 
@@ -144,8 +190,14 @@ std::vector<uint8_t> EpisodeCodec::encode(const Episode& e) const {
   }
   if (auto problem = content_problem(e, spec_))
     throw InvalidArgumentError("cannot encode episode: " + *problem);
+  if (static_cast<int64_t>(e.context_observations.size()) != e.context_length() * spec_.observation_size) {
+    throw InvalidArgumentError("cannot encode episode: its context prefix is not whole observations");
+  }
+  if (auto problem = fragment_problem(e, spec_))
+    throw InvalidArgumentError("cannot encode fragment: " + *problem);
   const auto length = static_cast<uint32_t>(e.length());
-  const auto fields = layout_for(length, spec_);
+  const auto context_length = static_cast<uint32_t>(e.context_length());
+  const auto fields = layout_for(length, context_length, spec_);
   size_t payload = kFieldCount * kFieldEntryBytes;
   for (const auto& f : fields) payload += field_bytes(f);
 
@@ -159,6 +211,10 @@ std::vector<uint8_t> EpisodeCodec::encode(const Episode& e) const {
   put<uint64_t>(out, e.episode_id);
   put<uint32_t>(out, static_cast<uint32_t>(payload));
   put<uint32_t>(out, 0);  // reserved
+  put<uint64_t>(out, static_cast<uint64_t>(e.first_step));
+  put<uint32_t>(out, static_cast<uint32_t>(e.stream));
+  put<uint32_t>(out, context_length);
+  put<double>(out, e.return_before);
   for (const auto& f : fields) {
     put<uint16_t>(out, static_cast<uint16_t>(f.id));
     put<uint8_t>(out, static_cast<uint8_t>(f.dtype));
@@ -181,6 +237,7 @@ std::vector<uint8_t> EpisodeCodec::encode(const Episode& e) const {
   append(e.values);
   append(e.policy_versions);
   append(e.final_observation);
+  append(e.context_observations);
   put<uint32_t>(out, crc32(out.data(), out.size()));
   return out;
 }
@@ -218,7 +275,13 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
     throw MalformedMessageError(Reason::kTruncated, "episode payload size " + std::to_string(payload) +
                                                         " does not match the message size");
   }
-  const auto expected = layout_for(length, spec_);
+  const uint32_t context_length = get<uint32_t>(header + 44);
+  if (context_length > spec_.max_context) {
+    throw MalformedMessageError(Reason::kFragment, "context prefix of " + std::to_string(context_length) +
+                                                       " steps is longer than the policy's reach (" +
+                                                       std::to_string(spec_.max_context) + ")");
+  }
+  const auto expected = layout_for(length, context_length, spec_);
   size_t data_bytes = 0;
   for (const auto& f : expected) data_bytes += field_bytes(f);
   if (payload != kFieldCount * kFieldEntryBytes + data_bytes) {
@@ -246,6 +309,9 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
   e.episode_id = get<uint64_t>(header + 16);
   e.observation_size = spec_.observation_size;
   e.action_size = spec_.action_size;
+  e.first_step = static_cast<int64_t>(std::min<uint64_t>(get<uint64_t>(header + 32), uint64_t{1} << 62));
+  e.stream = get<uint32_t>(header + 40);
+  e.return_before = get<double>(header + 48);
   const uint8_t* cursor = entry;
   auto take = [&](auto& values, size_t count) {
     values.resize(count);
@@ -263,8 +329,11 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
   take(e.values, length);
   take(e.policy_versions, length);
   take(e.final_observation, spec_.observation_size);
+  take(e.context_observations, static_cast<size_t>(context_length) * spec_.observation_size);
   if (auto problem = content_problem(e, spec_))
     throw MalformedMessageError(Reason::kContent, "episode " + *problem);
+  if (auto problem = fragment_problem(e, spec_))
+    throw MalformedMessageError(Reason::kFragment, "fragment " + *problem);
   return e;
 }
 

@@ -16,15 +16,19 @@ namespace kvrl {
 struct EpisodeSpec {
   int64_t observation_size = 0;
   int64_t action_size = 0;
-  int64_t max_length = 0;  // the longest episode accepted (the time limit)
+  int64_t max_length = 0;   // the longest episode or fragment accepted
+  int64_t max_context = 0;  // the longest context prefix a fragment may carry (the policy's reach)
+  int64_t streams = 1;      // environments per actor: a fragment's stream is below this
+  int64_t segment_steps = 0;  // a context holds at most this many steps (segment policy); 0: no bound
 };
 
 class EpisodeCodec {
  public:
   static constexpr uint32_t kMagic = 0x5045564b;  // "KVEP" in little-endian bytes
-  static constexpr uint16_t kVersion = 1;
+  // 2: fragments (stream, first step, return before, context prefix).
+  static constexpr uint16_t kVersion = 2;
 
-  // Throws InvalidArgumentError when a spec size is not positive.
+  // Throws InvalidArgumentError when a spec size is not positive (max_context may be 0).
   explicit EpisodeCodec(EpisodeSpec spec);
 
   // Throws InvalidArgumentError when the episode does not fit the spec (a bug in the caller).

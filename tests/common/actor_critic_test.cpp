@@ -18,7 +18,7 @@ ActorCriticOptions small_policy() {
   return options;
 }
 
-// An actor with actor.keep_context_on_update=false restarts every stream's context after
+// An actor with actor.on_weight_update=restart restarts every stream's context after
 // new weights and records is_init on that step; the learner's window forward over the
 // recorded is_init must then see what the acting policy saw.
 TEST(ActorCritic, AWindowWithTheRecordedRestartReproducesTheSteps) {

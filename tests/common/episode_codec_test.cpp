@@ -93,9 +93,9 @@ TEST_F(EpisodeCodecTest, RejectsAnotherSpec) {
 
 TEST_F(EpisodeCodecTest, RejectsBadContentEvenWithAValidChecksum) {
   auto message = codec_.encode(make_episode(5));
-  // The reward field starts after the header (32), the field table (160), observations
+  // The reward field starts after the header (56), the field table (176), observations
   // (5 * 4 * 4) and actions (5 * 4): make the first reward NaN and re-seal the message.
-  const size_t reward_offset = 32 + 160 + 80 + 20;
+  const size_t reward_offset = 56 + 176 + 80 + 20;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(message.data() + reward_offset, &nan, sizeof(nan));
   const uint32_t crc = crc32(message.data(), message.size() - 4);
@@ -115,16 +115,90 @@ TEST_F(EpisodeCodecTest, AContextRestartInsideAnEpisodeRoundTrips) {
   EXPECT_EQ(codec_.decode(codec_.encode(restarted)).is_init, restarted.is_init);
 }
 
-TEST_F(EpisodeCodecTest, EncoderRefusesIncompleteEpisodes) {
-  Episode unfinished = make_episode(5);
-  unfinished.terminated.back() = 0;
-  EXPECT_THROW(codec_.encode(unfinished), InvalidArgumentError);
+TEST_F(EpisodeCodecTest, EncoderRefusesInconsistentEpisodes) {
+  Episode both = make_episode(5);
+  both.truncated.back() = 1;
+  EXPECT_THROW(codec_.encode(both), InvalidArgumentError);
   Episode no_start = make_episode(5);
   no_start.is_init[0] = 0;
   EXPECT_THROW(codec_.encode(no_start), InvalidArgumentError);
   Episode ragged = make_episode(5);
   ragged.values.pop_back();
   EXPECT_THROW(codec_.encode(ragged), InvalidArgumentError);
+}
+
+// A fragment of a long episode: it goes on after its last step, starts mid-episode and
+// carries the observations its first step's context held.
+Episode fragment_of(Episode e, int64_t first_step, int64_t context_length) {
+  e.terminated.back() = 0;
+  e.truncated.back() = 0;
+  e.first_step = first_step;
+  e.stream = 2;
+  e.return_before = 41.5;
+  e.is_init[0] = context_length == 0 && first_step == 0;
+  for (int64_t i = 0; i < context_length * e.observation_size; ++i) {
+    e.context_observations.push_back(static_cast<float>(i));
+  }
+  return e;
+}
+
+constexpr EpisodeSpec kFragmentSpec{/*observation_size=*/4, /*action_size=*/1, /*max_length=*/64,
+                                    /*max_context=*/8, /*streams=*/4};
+
+TEST_F(EpisodeCodecTest, RoundTripsAFragmentWithItsContextPrefix) {
+  const EpisodeCodec codec(kFragmentSpec);
+  const Episode e = fragment_of(make_episode(6), /*first_step=*/120, /*context_length=*/8);
+  const Episode back = codec.decode(codec.encode(e));
+  EXPECT_EQ(back.first_step, 120);
+  EXPECT_EQ(back.stream, 2);
+  EXPECT_EQ(back.return_before, 41.5);
+  EXPECT_EQ(back.context_length(), 8);
+  EXPECT_EQ(back.context_observations, e.context_observations);
+  EXPECT_FALSE(back.ends_episode());
+  EXPECT_DOUBLE_EQ(back.episode_return(), 41.5 + 6);
+}
+
+std::string fragment_problem_of(const EpisodeCodec& codec, const std::vector<uint8_t>& message) {
+  try {
+    codec.decode(message);
+  } catch (const MalformedMessageError& error) {
+    EXPECT_EQ(error.reason(), Reason::kFragment) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "the fragment decoded";
+  return "";
+}
+
+// Each inconsistency is refused with a reason of its own, counted under "fragment".
+TEST_F(EpisodeCodecTest, RefusesInconsistentFragmentsNamingWhatIsWrong) {
+  const EpisodeCodec strict(kFragmentSpec);
+  EpisodeSpec loose_spec = kFragmentSpec;
+  loose_spec.max_context = 100;
+  loose_spec.streams = 16;
+  const EpisodeCodec loose(loose_spec);
+  const Episode good = fragment_of(make_episode(6), /*first_step=*/120, /*context_length=*/8);
+
+  Episode long_prefix = fragment_of(make_episode(6), 120, /*context_length=*/9);
+  EXPECT_NE(fragment_problem_of(strict, loose.encode(long_prefix)).find("longer than the policy's reach (8)"),
+            std::string::npos);
+  Episode other_stream = good;
+  other_stream.stream = 7;
+  EXPECT_NE(fragment_problem_of(strict, loose.encode(other_stream)).find("unknown stream 7"), std::string::npos);
+
+  // A prefix reaching before the episode's first step: rewrite first_step (header bytes
+  // 32..39) to 3 and re-seal the checksum.
+  auto gap = strict.encode(good);
+  const uint64_t first_step = 3;
+  std::memcpy(gap.data() + 32, &first_step, sizeof(first_step));
+  const uint32_t crc = crc32(gap.data(), gap.size() - 4);
+  std::memcpy(gap.data() + gap.size() - 4, &crc, sizeof(crc));
+  EXPECT_NE(fragment_problem_of(strict, gap).find("step numbers"), std::string::npos);
+
+  Episode no_context = fragment_of(make_episode(6), 120, /*context_length=*/0);
+  EXPECT_THROW(strict.encode(no_context), InvalidArgumentError);
+  Episode restart_with_prefix = good;
+  restart_with_prefix.is_init[0] = 1;
+  EXPECT_THROW(strict.encode(restart_with_prefix), InvalidArgumentError);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ def assert_every_applied_version_is_learner_zeros(learner, actors, minimum_versi
 def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_path):
     result = mpirun(3, f"run.dir={tmp_path}", "run.max_updates=6", "learner.steps_per_update=512",
                     "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.threads=2",
-                    "actor.keep_context_on_update=true")
+                    "actor.on_weight_update=reprefill")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 intra-op thread(s) (learner.threads)" in open(tmp_path / "rank0.log").read()
     assert "1 intra-op thread(s) (actor.threads)" in open(tmp_path / "rank1.log").read()
@@ -60,7 +60,7 @@ def test_one_learner_two_actors_sync_weights_and_account_for_every_episode(tmp_p
 
 def test_restarting_contexts_instead_is_a_config_choice(tmp_path):
     result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=3", "learner.steps_per_update=512",
-                    "actor.credit_steps=512", "run.total_env_steps=1000000", "actor.keep_context_on_update=false")
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "actor.on_weight_update=restart")
     assert result.returncode == 0, result.stderr[-3000:]
     learner, actor = stats(tmp_path, 2)
     assert actor["weight_updates_applied"] >= 1, actor
@@ -126,7 +126,7 @@ def test_nccl_weight_broadcast_without_gpus_is_refused_naming_why(tmp_path):
 def test_bf16_autocast_on_both_roles_trains_and_says_so(tmp_path):
     result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=3", "learner.steps_per_update=512",
                     "actor.credit_steps=512", "run.total_env_steps=1000000", "learner.autocast=bfloat16",
-                    "actor.autocast=bfloat16", "actor.keep_context_on_update=true")
+                    "actor.autocast=bfloat16", "actor.on_weight_update=reprefill")
     assert result.returncode == 0, result.stderr[-3000:]
     learner, actor = stats(tmp_path, 2)
     assert learner["updates"] == 3 and learner["skipped_updates"] == 0, learner

@@ -115,7 +115,7 @@ RunOutcome run_in_process(const RunPlan& plan) {
   const std::unique_ptr<Environment> prototype = make_environment(kEnvName, kEnvOptions);
   const ActorCriticOptions policy = policy_for(*prototype);
   const EpisodeCodec codec({prototype->observation_space().flat_size(), prototype->action_space().flat_size(),
-                            prototype->time_limit()});
+                            prototype->time_limit(), /*max_context=*/0, /*streams=*/plan.envs_per_actor});
   InProcessNetwork network(plan.actors + 1, plan.inbox_bound, /*flush_timeout_s=*/20);
 
   RunOutcome outcome;

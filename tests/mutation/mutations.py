@@ -147,8 +147,8 @@ MUTATIONS = [
     Mutation(
         id="window-ignores-actor-restarts",
         file="learner/window_batch.cpp",
-        find="init[base + t] = t == 0 || e.is_init[t] != 0;",
-        replace="init[base + t] = t == 0;",
+        find="init[base + t] = (t == 0 && slot.context == 0) || e.is_init[t] != 0;",
+        replace="init[base + t] = t == 0 && slot.context == 0;",
         bug="a context restart the actor recorded mid-episode is not a segment start in the window",
         catchers=("learner_test",),
     ),
@@ -263,9 +263,9 @@ MUTATIONS = [
     Mutation(
         id="actor-context-restart-not-recorded",
         file="actor/actor_loop.cpp",
-        find="    model_->mark_weight_update();\n    contexts_restarted_ = true;",
-        replace="    model_->mark_weight_update();",
-        bug="with keep_context_on_update=false the restart is not recorded as is_init for the learner",
+        find="      model_->mark_weight_update();\n      contexts_restarted_ = true;",
+        replace="      model_->mark_weight_update();",
+        bug="with on_weight_update=restart the restart is not recorded as is_init for the learner",
         catchers=("loops_test", "integration_mpi"),
     ),
     Mutation(
