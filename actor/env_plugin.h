@@ -11,7 +11,7 @@
 namespace kvrl {
 
 // Bumped whenever Environment, Space or EnvOptions change layout.
-inline constexpr int kEnvPluginAbiVersion = 1;
+inline constexpr int kEnvPluginAbiVersion = 2;  // 2: Environment holds a step-limit override
 
 struct EnvPluginInfo {
   int abi_version;  // kEnvPluginAbiVersion of the headers the plugin was built with

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "actor/classic_control.h"
 #include "actor/env_plugin.h"
@@ -83,6 +84,23 @@ class PluginEnvironment : public Environment {
   std::unique_ptr<Environment> inner_;
 };
 
+// The option every environment takes, as Gymnasium's TimeLimit wrapper does.
+constexpr const char* kStepLimitOption = "max_episode_steps";
+
+// Takes max_episode_steps out of `options` (it is not the environment's own option).
+std::optional<int64_t> take_step_limit(const std::string& env, EnvOptions& options) {
+  const auto it = options.find(kStepLimitOption);
+  if (it == options.end()) return std::nullopt;
+  const int64_t steps = integer_option(env, options, kStepLimitOption);
+  options.erase(it);
+  return steps;
+}
+
+std::unique_ptr<Environment> with_step_limit(std::unique_ptr<Environment> env, std::optional<int64_t> steps) {
+  if (steps) env->override_step_limit(*steps);
+  return env;
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_environment_names() {
@@ -91,7 +109,9 @@ std::vector<std::string> builtin_environment_names() {
   return names;
 }
 
-std::unique_ptr<Environment> make_environment(const std::string& name, const EnvOptions& options) {
+std::unique_ptr<Environment> make_environment(const std::string& name, const EnvOptions& given) {
+  EnvOptions options = given;
+  const std::optional<int64_t> step_limit = take_step_limit(name, options);
   auto it = builtins().find(name);
   if (it == builtins().end()) {
     throw InvalidArgumentError("unknown environment '" + name + "' (built in: " +
@@ -102,14 +122,17 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const Env
     if (!resolved.count(key)) {
       std::vector<std::string> allowed;
       for (const auto& [option, _] : it->second.defaults) allowed.push_back(option);
+      allowed.emplace_back(kStepLimitOption);
       throw InvalidArgumentError(name + " has no option '" + key + "' (options: " + join(allowed) + ")");
     }
     resolved[key] = value;
   }
-  return it->second.make(resolved);
+  return with_step_limit(it->second.make(resolved), step_limit);
 }
 
-std::unique_ptr<Environment> make_plugin_environment(const std::string& path, const EnvOptions& options) {
+std::unique_ptr<Environment> make_plugin_environment(const std::string& path, const EnvOptions& given) {
+  EnvOptions options = given;
+  const std::optional<int64_t> step_limit = take_step_limit(path, options);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     throw InvalidArgumentError("cannot load environment plugin '" + path + "': " + dlerror());
@@ -130,7 +153,9 @@ std::unique_ptr<Environment> make_plugin_environment(const std::string& path, co
   }
   std::unique_ptr<Environment> inner(info->create(options));
   if (!inner) throw InvalidArgumentError("environment plugin '" + path + "' returned no environment");
-  return std::make_unique<PluginEnvironment>(std::move(library), std::move(inner));
+  // Both apply it: the plugin's own step truncates as well as the wrapper's.
+  inner = with_step_limit(std::move(inner), step_limit);
+  return with_step_limit(std::make_unique<PluginEnvironment>(std::move(library), std::move(inner)), step_limit);
 }
 
 }  // namespace kvrl

@@ -23,9 +23,18 @@ StepResult Environment::step(std::span<const float> action, std::span<float> obs
   check_action(action);
   StepResult result = step_dynamics(action, observation);
   ++elapsed_steps_;
-  if (time_limit() > 0 && elapsed_steps_ >= time_limit()) result.truncated = !result.terminated;
+  const int64_t limit = episode_step_limit();
+  if (limit > 0 && elapsed_steps_ >= limit) result.truncated = !result.terminated;
   if (result.terminated || result.truncated) in_episode_ = false;
   return result;
+}
+
+void Environment::override_step_limit(int64_t steps) {
+  if (steps < -1) {
+    throw InvalidArgumentError(name() + ": max_episode_steps (" + std::to_string(steps) +
+                               ") must be -1 (the declared limit), 0 (none) or a positive step count");
+  }
+  step_limit_override_ = steps;
 }
 
 void Environment::set_state(std::span<const double>, std::span<float>) {

@@ -26,8 +26,13 @@ class Environment {
   virtual std::string name() const = 0;
   virtual const Space& observation_space() const = 0;
   virtual const Space& action_space() const = 0;
-  // Steps after which an episode is truncated; 0 means no limit.
+  // Steps after which an episode is truncated, as the environment declares it; 0 means no limit.
   virtual int64_t time_limit() const = 0;
+  // The limit in force: the declared one, unless overridden (env.options.max_episode_steps).
+  int64_t episode_step_limit() const { return step_limit_override_ >= 0 ? step_limit_override_ : time_limit(); }
+  // Truncates episodes after `steps` steps instead (0: never); -1 restores the declared limit.
+  // Throws InvalidArgumentError below -1.
+  void override_step_limit(int64_t steps);
 
   // Starts an episode; the same seed gives the same episode. Writes the first observation.
   void reset(uint64_t seed, std::span<float> observation);
@@ -52,6 +57,7 @@ class Environment {
   void check_action(std::span<const float> action) const;
 
   int64_t elapsed_steps_ = 0;
+  int64_t step_limit_override_ = -1;
   bool in_episode_ = false;
 };
 

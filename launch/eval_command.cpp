@@ -43,7 +43,8 @@ struct PlayedEpisodes {
   std::vector<int64_t> lengths;
 };
 
-PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool greedy) {
+// `segment_steps`: a context restarts after this many steps, as the actors' did (0: never).
+PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool greedy, int64_t segment_steps) {
   const int64_t episodes = env.num_envs();
   at::Generator generator = at::detail::createCPUGenerator(seed);
   torch::NoGradGuard no_grad;
@@ -52,10 +53,15 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
   std::vector<bool> done(episodes, false);
   int64_t remaining = episodes;
   std::vector<float> actions(episodes * env.action_size());
+  std::vector<int64_t> context_steps(episodes, 0);
   while (remaining > 0) {
     const at::Tensor observations = at::from_blob(const_cast<float*>(env.observations().data()),
                                                   {episodes, env.observation_size()}, at::kFloat);
     std::vector<uint8_t> init(env.is_init().begin(), env.is_init().end());
+    for (int64_t i = 0; i < episodes; ++i) {
+      if (segment_steps > 0 && context_steps[i] >= segment_steps) init[i] = 1;
+      context_steps[i] = init[i] ? 1 : context_steps[i] + 1;
+    }
     const at::Tensor is_init = at::from_blob(init.data(), {episodes}, at::kBool);
     const PolicyStep step = policy.act(observations, is_init, generator, greedy);
     std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
@@ -93,16 +99,16 @@ int run_eval(const EvalArguments& arguments) {
   const ActorCriticOptions& policy = saved.model->options();
   check_policy_fits({*policy.transformer.input_size, policy.discrete, policy.num_outputs},
                     prototype.observation_space(), prototype.action_space());
-  const int64_t time_limit = prototype.time_limit();
-  if (time_limit <= 0 || time_limit > saved.config.max_seq_len) {
-    throw InvalidArgumentError(
-        prototype.name() + "'s time limit (" + std::to_string(time_limit) +
-        ") must be in [1, model.max_seq_len = " + std::to_string(saved.config.max_seq_len) +
-        "] so that no episode outgrows the policy's cache");
+  const int64_t time_limit = prototype.episode_step_limit();
+  if (time_limit <= 0) {
+    throw InvalidArgumentError(prototype.name() +
+                               " has no time limit, so an evaluation episode might never end: give it one "
+                               "(env.options.max_episode_steps in the run's config)");
   }
   const std::string name = prototype.name();
   VectorEnv env(std::move(envs), static_cast<uint64_t>(seed));
-  const PlayedEpisodes played = play(*saved.model, env, static_cast<uint64_t>(seed), greedy);
+  const PlayedEpisodes played =
+      play(*saved.model, env, static_cast<uint64_t>(seed), greedy, context_plan(saved.config).segment_steps);
   const std::vector<double>& returns = played.returns;
   const std::vector<int64_t>& lengths = played.lengths;
   double mean = 0, variance = 0;

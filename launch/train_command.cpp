@@ -192,7 +192,7 @@ Setup prepare(const TrainInputs& arguments) {
   Setup setup;
   setup.config = TrainConfig::load(arguments.config_path, arguments.overrides);
   setup.prototype = make_configured_env(setup.config);
-  const int64_t time_limit = setup.prototype->time_limit();
+  const int64_t time_limit = setup.prototype->episode_step_limit();
   const int64_t fragment_steps = setup.config.fragment_steps;
   if (time_limit <= 0 && fragment_steps == 0) {
     throw InvalidArgumentError(setup.prototype->name() +

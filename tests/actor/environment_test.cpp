@@ -165,11 +165,35 @@ TEST(EnvRegistry, UnknownNamesAndOptionsAreNamed) {
     make_environment("CueRecallTMaze", {{"length", 4}});
     FAIL();
   } catch (const InvalidArgumentError& error) {
-    EXPECT_STREQ(error.what(), "CueRecallTMaze has no option 'length' (options: corridor_length)");
+    EXPECT_STREQ(error.what(), "CueRecallTMaze has no option 'length' (options: corridor_length, max_episode_steps)");
   }
   EXPECT_THROW(make_environment("RepeatPrevious", {{"k", 52}}), InvalidArgumentError);
   EXPECT_THROW(make_environment("CueRecallTMaze", {{"corridor_length", 2.5}}), InvalidArgumentError);
   EXPECT_EQ(make_environment("CueRecallTMaze", {{"corridor_length", 7}})->time_limit(), 8);
+  EXPECT_THROW(make_environment("CartPole-v1", {{"max_episode_steps", -2}}), InvalidArgumentError);
+}
+
+// max_episode_steps replaces any environment's declared time limit, as Gymnasium's
+// TimeLimit does; 0 removes it, so an episode ends only when the task does.
+TEST(EnvRegistry, MaxEpisodeStepsOverridesTheTimeLimitAndZeroRemovesIt) {
+  auto short_pole = make_environment("CartPole-v1", {{"max_episode_steps", 3}});
+  EXPECT_EQ(short_pole->time_limit(), 500);
+  EXPECT_EQ(short_pole->episode_step_limit(), 3);
+  std::vector<float> observation(4);
+  const std::vector<float> push{0.0f};
+  short_pole->reset(1, observation);
+  EXPECT_FALSE(short_pole->step(push, observation).truncated);
+  EXPECT_FALSE(short_pole->step(push, observation).truncated);
+  EXPECT_TRUE(short_pole->step(push, observation).truncated);
+
+  // Without a limit a balanced pole goes on past the declared 500 steps.
+  auto endless = make_environment("CartPole-v1", {{"max_episode_steps", 0}});
+  endless->reset(1, observation);
+  for (int step = 0; step < 600; ++step) {
+    const std::vector<float> balance{observation[2] + 0.5f * observation[3] > 0 ? 1.0f : 0.0f};
+    const StepResult result = endless->step(balance, observation);
+    ASSERT_FALSE(result.truncated || result.terminated) << "step " << step;
+  }
 }
 
 TEST(PolicyFit, MismatchNamesBothShapes) {
@@ -220,7 +244,7 @@ TEST(EnvPlugin, RefusesMissingFilesSymbolsAndOtherAbiVersions) {
       message_of("/nonexistent/libenv.so").find("cannot load environment plugin '/nonexistent/libenv.so'"),
       std::string::npos);
   EXPECT_NE(message_of(KVRL_NO_ENTRY_PLUGIN).find("has no symbol kvrl_env_plugin_v1"), std::string::npos);
-  EXPECT_NE(message_of(KVRL_WRONG_ABI_PLUGIN).find("was built for plugin ABI version 2, this kvrl needs 1"),
+  EXPECT_NE(message_of(KVRL_WRONG_ABI_PLUGIN).find("was built for plugin ABI version 3, this kvrl needs 2"),
             std::string::npos);
 }
 
