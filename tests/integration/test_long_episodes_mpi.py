@@ -15,10 +15,11 @@ import pytest
 KVRL = os.environ.get("KVRL_BIN")
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
 
-# Small batches and credit so that actors often act with the learner's newest weights: the
-# steps the exactness check can compare (same version) come from those.
-SHORT_RUN = ["run.total_env_steps=40000", "learner.steps_per_update=1024", "actor.credit_steps=512",
-             "learner.minibatches=4", "run.max_updates=12"]
+# A quick update (one epoch, one minibatch) and credit for half a batch per actor, so that
+# new weights reach the actors while they collect the next batch: its steps acted with the
+# learner's newest version are the ones the exactness check compares (same version).
+SHORT_RUN = ["run.total_env_steps=40000", "learner.steps_per_update=2048", "actor.credit_steps=1024",
+             "learner.epochs=1", "learner.minibatches=1", "run.max_updates=12"]
 
 
 def train(run_dir, config, *overrides):
@@ -41,6 +42,10 @@ def assert_every_fragment_accounted_for(learner, actors):
 
 
 def same_version(metrics):
+    # Beyond version 0 (whose steps all have the learner's version): updates whose batch
+    # held steps of the learner's newest weights, acted after a weight update.
+    later = [m for m in metrics if m["update"] > 1 and m["acting/same_version_steps"] > 0]
+    assert len(later) >= 3, [m["acting/same_version_steps"] for m in metrics]
     steps = sum(m["acting/same_version_steps"] for m in metrics)
     log_prob = max(m["acting/same_version_max_log_prob_error"] for m in metrics)
     value = max(m["acting/same_version_max_value_error"] for m in metrics)
@@ -59,7 +64,8 @@ def test_fragments_train_and_the_learner_recomputes_the_actors_steps(tmp_path, c
     # Episodes outgrew the 64-step context: fragments went on and carried their prefixes.
     assert sum(a["fragments_continuing"] for a in actors) > 0, actors
     assert sum(a["context_prefix_steps"] for a in actors) > 0, actors
-    if config.startswith("cartpole_segment"):
+    if config.startswith("cartpole_segment") and policy == "reprefill":
+        # (restarting at every update, contexts rarely live 63 steps)
         assert sum(a["segment_restarts"] for a in actors) > 0, actors
     if policy == "reprefill":
         assert sum(a["context_steps_rebuilt"] for a in actors) > 0, actors
@@ -74,8 +80,9 @@ def test_under_keep_the_stale_context_shows_as_a_difference_and_only_there(tmp_p
     assert sum(a["contexts_kept_stale"] for a in actors) > 0, actors
     steps, log_prob_error, value_error = same_version(metrics)
     assert steps > 1000, steps
-    # Steps after an update attended to keys and values of the older weights.
-    assert log_prob_error > 1e-4 or value_error > 1e-4, (log_prob_error, value_error)
+    # Steps after an update attended to keys and values of the older weights: beyond the
+    # tolerance the other policies meet.
+    assert log_prob_error > 1e-5 or value_error > 1e-5, (log_prob_error, value_error)
 
 
 def test_an_environment_without_a_time_limit_needs_fragments(tmp_path):
