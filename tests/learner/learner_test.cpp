@@ -5,6 +5,7 @@
 
 #include "common/comm/local_communicator.h"
 #include "common/support/errors.h"
+#include "learner/policy_losses.h"
 #include "learner/returns.h"
 #include "learner/window_batch.h"
 #include "tests/learner/learner_fixtures.h"
@@ -67,6 +68,62 @@ TEST(WindowBatch, AContextRestartInsideAnEpisodeStartsANewSegment) {
 TEST(WindowBatch, RejectsAnEpisodeLongerThanMaxSeqLen) {
   EXPECT_THROW(pack_windows({episode_of_length(8)}, 8), InvalidArgumentError);
   EXPECT_NO_THROW(pack_windows({episode_of_length(7)}, 8));
+}
+
+// A fragment of a long episode: steps [first_step, first_step + length) with `context`
+// prefix observations before them; its episode goes on after it.
+Episode fragment(int64_t length, int64_t first_step, int64_t context) {
+  Episode e = episode_of_length(length);
+  e.terminated.back() = 0;
+  e.first_step = first_step;
+  e.is_init[0] = context == 0;
+  for (int64_t i = 0; i < context; ++i) e.context_observations.insert(e.context_observations.end(), {9.0f, 9.0f});
+  return e;
+}
+
+TEST(WindowBatch, AFragmentsContextPrefixComesFirstAsBurnInWithNoLoss) {
+  const WindowBatch batch = pack_windows({fragment(/*length=*/4, /*first_step=*/100, /*context=*/3)}, 16);
+  ASSERT_EQ(batch.width(), 8);  // 3 prefix tokens, 4 steps, the final token
+  const EpisodeSlot& slot = batch.slots.front();
+  EXPECT_EQ(slot.offset, 3);
+  EXPECT_EQ(slot.context, 3);
+  const std::vector<bool> init = {true, false, false, false, false, false, false, false};
+  const std::vector<bool> trained = {false, false, false, true, true, true, true, false};
+  for (int64_t t = 0; t < 8; ++t) {
+    EXPECT_EQ(batch.is_init[0][t].item<bool>(), init[t]) << "token " << t;
+    EXPECT_EQ(batch.step_mask[0][t].item<bool>(), trained[t]) << "token " << t;
+  }
+  EXPECT_EQ(batch.observations[0][0][0].item<float>(), 9.0f);  // the prefix
+  EXPECT_EQ(batch.observations[0][3][1].item<float>(), 0.0f);  // the fragment's first step
+  EXPECT_EQ(batch.policy_versions[0][2].item<int64_t>(), -1);
+  EXPECT_EQ(batch.policy_versions[0][3].item<int64_t>(), 3);
+  // The prefix counts against the row limit.
+  EXPECT_THROW(pack_windows({fragment(4, 100, 3)}, 7), InvalidArgumentError);
+}
+
+// The three ways a fragment ends, kept apart: a terminated episode bootstraps from 0, a
+// truncated one and one that goes on from the value of the observation after the last step.
+TEST(Returns, FragmentsBootstrapFromTheNextObservationUnlessTheEpisodeTerminated) {
+  Episode terminated = episode_of_length(3, /*terminated=*/true);
+  Episode truncated = episode_of_length(3, /*terminated=*/false);
+  Episode goes_on = fragment(3, /*first_step=*/50, /*context=*/0);
+  goes_on.is_init[0] = 1;  // a context restarted here: no prefix
+  const WindowBatch batch = pack_windows({terminated, truncated, goes_on}, 16);
+  const at::Tensor values = torch::full({batch.rows(), batch.width()}, 2.0f);
+  ReturnOptions options;
+  options.gamma = 0.5;
+  options.gae_lambda = 1.0;
+  const at::Tensor advantages = episode_advantages(batch, values, options);
+  // Last step: A = r + gamma * bootstrap - V = 1 + 0.5 * {0, 2, 2} - 2.
+  auto last_advantage = [&](size_t index) {
+    const EpisodeSlot& slot = batch.slots[index];
+    return advantages[slot.row][slot.offset + slot.length - 1].item<double>();
+  };
+  EXPECT_DOUBLE_EQ(last_advantage(0), -1.0);
+  EXPECT_DOUBLE_EQ(last_advantage(1), 0.0);
+  EXPECT_DOUBLE_EQ(last_advantage(2), 0.0);
+  EXPECT_FALSE(goes_on.ends_episode());
+  EXPECT_TRUE(truncated.ends_episode());
 }
 
 TEST(Returns, GaeMatchesAHandComputation) {
