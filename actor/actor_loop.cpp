@@ -133,7 +133,8 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
       return;
     case WeightUpdatePolicy::kKeep:
       model_->keep_context_across_weight_update();
-      for (const ContextHistory& context : contexts_) stats_.contexts_kept_stale += context.steps() > 0 ? 1 : 0;
+      for (const ContextHistory& context : contexts_)
+        stats_.contexts_kept_stale += context.steps() > 0 ? 1 : 0;
       return;
     case WeightUpdatePolicy::kReprefill:
       rebuild_contexts();
@@ -228,7 +229,8 @@ std::vector<uint8_t> ActorLoop::context_starts() {
 }
 
 Episode ActorLoop::next_fragment(const Episode& done, int64_t stream) const {
-  Episode next = empty_episode(done.actor_rank, done.episode_id, done.observation_size, done.action_size, stream);
+  Episode next =
+      empty_episode(done.actor_rank, done.episode_id, done.observation_size, done.action_size, stream);
   next.first_step = done.first_step + done.length();
   next.return_before = done.episode_return();
   return next;
@@ -338,8 +340,7 @@ ActorStats ActorLoop::run() {
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
     open_.push_back(
         empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size(), i));
-    contexts_.emplace_back(env_.observation_size(),
-                           std::max(options_.context_reach, options_.segment_steps));
+    contexts_.emplace_back(env_.observation_size(), std::max(options_.context_reach, options_.segment_steps));
   }
   // Act only with the learners' weights: wait for version 0.
   while (stats_.policy_version < 0 && !all_learners_stopped()) {

@@ -125,9 +125,9 @@ class ActorLoop {
   std::unique_ptr<StagedWeightReceiver> staged_weights_;  // with options_.weight_broadcast
   std::vector<int64_t> credits_;                          // env steps each learner will still accept
   std::vector<bool> learner_stopped_;
-  std::vector<Episode> open_;    // the episode, or fragment of one, each environment is in
+  std::vector<Episode> open_;             // the episode, or fragment of one, each environment is in
   std::vector<ContextHistory> contexts_;  // each stream's current context
-  std::vector<Episode> outbox_;  // complete episodes waiting for a credit
+  std::vector<Episode> outbox_;           // complete episodes waiting for a credit
   ActorStats stats_;
   // New weights restarted every stream's context (on_weight_update=restart): the next
   // step records is_init on every stream.

@@ -155,7 +155,8 @@ std::unique_ptr<Environment> make_plugin_environment(const std::string& path, co
   if (!inner) throw InvalidArgumentError("environment plugin '" + path + "' returned no environment");
   // Both apply it: the plugin's own step truncates as well as the wrapper's.
   inner = with_step_limit(std::move(inner), step_limit);
-  return with_step_limit(std::make_unique<PluginEnvironment>(std::move(library), std::move(inner)), step_limit);
+  return with_step_limit(std::make_unique<PluginEnvironment>(std::move(library), std::move(inner)),
+                         step_limit);
 }
 
 }  // namespace kvrl

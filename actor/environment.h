@@ -29,7 +29,9 @@ class Environment {
   // Steps after which an episode is truncated, as the environment declares it; 0 means no limit.
   virtual int64_t time_limit() const = 0;
   // The limit in force: the declared one, unless overridden (env.options.max_episode_steps).
-  int64_t episode_step_limit() const { return step_limit_override_ >= 0 ? step_limit_override_ : time_limit(); }
+  int64_t episode_step_limit() const {
+    return step_limit_override_ >= 0 ? step_limit_override_ : time_limit();
+  }
   // Truncates episodes after `steps` steps instead (0: never); -1 restores the declared limit.
   // Throws InvalidArgumentError below -1.
   void override_step_limit(int64_t steps);

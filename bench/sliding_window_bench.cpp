@@ -65,10 +65,12 @@ kvrl::TransformerModule make_module(int64_t window, int64_t max_seq_len) {
   return kvrl::TransformerModule(options);
 }
 
-double cache_mib(const kvrl::TransformerModule& module, int64_t streams, int64_t window, int64_t max_seq_len) {
+double cache_mib(const kvrl::TransformerModule& module, int64_t streams, int64_t window,
+                 int64_t max_seq_len) {
   const auto& backbone = dynamic_cast<const kvrl::CausalTransformer&>(module.transformer());
   const int64_t slots = window > 0 ? window : max_seq_len;
-  const int64_t floats = 2 * streams * backbone.num_layers() * backbone.num_heads() * slots * backbone.head_dim();
+  const int64_t floats =
+      2 * streams * backbone.num_layers() * backbone.num_heads() * slots * backbone.head_dim();
   return static_cast<double>(floats) * 4.0 / (1 << 20);
 }
 
@@ -98,12 +100,19 @@ BenchConfig parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const std::string value = argv[i + 1];
-    if (key == "--out") config.out = value;
-    else if (key == "--window") config.window = std::stoll(value);
-    else if (key == "--streams") config.streams = std::stoll(value);
-    else if (key == "--steps") config.steps = std::stoll(value);
-    else if (key == "--repeats") config.repeats = std::stoll(value);
-    else throw std::invalid_argument("unknown option " + key + " (--out, --window, --streams, --steps, --repeats)");
+    if (key == "--out")
+      config.out = value;
+    else if (key == "--window")
+      config.window = std::stoll(value);
+    else if (key == "--streams")
+      config.streams = std::stoll(value);
+    else if (key == "--steps")
+      config.steps = std::stoll(value);
+    else if (key == "--repeats")
+      config.repeats = std::stoll(value);
+    else
+      throw std::invalid_argument("unknown option " + key +
+                                  " (--out, --window, --streams, --steps, --repeats)");
   }
   return config;
 }
@@ -125,8 +134,8 @@ int main(int argc, char** argv) {
   for (int64_t repeat = 0; repeat < config.repeats; ++repeat) {
     for (Row& row : rows) {
       const bool sliding = row.name != "whole context";
-      std::vector<Probe> run = run_episode(sliding ? config.window : 0, sliding ? config.window : full_context,
-                                           probes, config);
+      std::vector<Probe> run =
+          run_episode(sliding ? config.window : 0, sliding ? config.window : full_context, probes, config);
       if (row.probes.empty()) row.probes = run;
       for (size_t i = 0; i < run.size(); ++i) {
         row.probes[i].step_us = std::min(row.probes[i].step_us, run[i].step_us);
@@ -136,18 +145,19 @@ int main(int argc, char** argv) {
   }
   std::printf("cached step, %lld streams, hidden 64, 2 layers, 4 heads, rotary; best of %lld\n",
               static_cast<long long>(config.streams), static_cast<long long>(config.repeats));
-  std::printf("%-16s %10s %12s %12s %10s %16s\n", "setting", "position", "step (us)", "cache (MiB)", "RSS (MiB)",
-              "step / at 100");
+  std::printf("%-16s %10s %12s %12s %10s %16s\n", "setting", "position", "step (us)", "cache (MiB)",
+              "RSS (MiB)", "step / at 100");
   std::string json = "{\"streams\": " + std::to_string(config.streams) + ", \"rows\": [";
   for (const Row& row : rows) {
     for (const Probe& p : row.probes) {
       const double ratio = p.step_us / row.probes.front().step_us;
-      std::printf("%-16s %10lld %12.1f %12.2f %10.1f %15.2fx\n", row.name.c_str(), static_cast<long long>(p.position),
-                  p.step_us, p.cache_mib, p.rss_mib, ratio);
-      json += std::string(json.back() == '[' ? "" : ", ") + "{\"setting\": \"" + row.name +
-              "\", \"position\": " + std::to_string(p.position) + ", \"step_us\": " + std::to_string(p.step_us) +
-              ", \"cache_mib\": " + std::to_string(p.cache_mib) + ", \"rss_mib\": " + std::to_string(p.rss_mib) +
-              ", \"ratio_to_first\": " + std::to_string(ratio) + "}";
+      std::printf("%-16s %10lld %12.1f %12.2f %10.1f %15.2fx\n", row.name.c_str(),
+                  static_cast<long long>(p.position), p.step_us, p.cache_mib, p.rss_mib, ratio);
+      json +=
+          std::string(json.back() == '[' ? "" : ", ") + "{\"setting\": \"" + row.name +
+          "\", \"position\": " + std::to_string(p.position) + ", \"step_us\": " + std::to_string(p.step_us) +
+          ", \"cache_mib\": " + std::to_string(p.cache_mib) + ", \"rss_mib\": " + std::to_string(p.rss_mib) +
+          ", \"ratio_to_first\": " + std::to_string(ratio) + "}";
     }
   }
   json += "]}\n";

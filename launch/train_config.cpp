@@ -490,19 +490,23 @@ void check_context_keys(const TrainConfig& config) {
   if (config.context == "sliding" && config.positions != "rotary") {
     throw InvalidArgumentError(
         "config: model.context = sliding needs model.positions = rotary (learned absolute positions "
-        "cannot slide past max_seq_len), got model.positions = " + config.positions);
+        "cannot slide past max_seq_len), got model.positions = " +
+        config.positions);
   }
   if (config.context == "segment" && config.attention_window != 0) {
     throw InvalidArgumentError("config: model.attention_window (" + window +
                                ") applies to model.context = sliding; keep it 0 with context = segment");
   }
   if (config.attention_window > config.max_seq_len) {
-    throw InvalidArgumentError("config: model.attention_window (" + window + ") must be in [0, model.max_seq_len = " +
-                               std::to_string(config.max_seq_len) + "]");
+    throw InvalidArgumentError("config: model.attention_window (" + window +
+                               ") must be in [0, model.max_seq_len = " + std::to_string(config.max_seq_len) +
+                               "]");
   }
   if (config.positions == "rotary" && (config.hidden_size / config.num_heads) % 2 != 0) {
-    throw InvalidArgumentError("config: model.positions = rotary needs an even head size; model.hidden_size / "
-                               "model.num_heads = " + std::to_string(config.hidden_size / config.num_heads));
+    throw InvalidArgumentError(
+        "config: model.positions = rotary needs an even head size; model.hidden_size / "
+        "model.num_heads = " +
+        std::to_string(config.hidden_size / config.num_heads));
   }
 }
 

@@ -35,13 +35,13 @@ struct TrainConfig {
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
   int64_t num_heads = 4;
-  int64_t max_seq_len = 512;     // positions a context holds (segment) and the widest window
+  int64_t max_seq_len = 512;          // positions a context holds (segment) and the widest window
   std::string positions = "learned";  // learned (the reference's table) or rotary
   std::string context = "segment";    // segment: restart every max_seq_len - 1 steps; sliding: last W
   int64_t attention_window = 0;       // sliding: W, the steps a step attends to; 0 = max_seq_len
-  int64_t dim_feedforward = 0;   // 0 = 4 * hidden_size
-  bool temporal_context = true;  // false: each step sees only its own observation
-  bool cuda_graphs = true;       // actors on CUDA replay the cached step from a CUDA graph
+  int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
+  bool temporal_context = true;       // false: each step sees only its own observation
+  bool cuda_graphs = true;            // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;
   int64_t steps_per_update = 4096;        // env steps per update, over all learners
@@ -61,8 +61,8 @@ struct TrainConfig {
   double checkpoint_interval_s = 600;        // or every S seconds, whichever comes first
   int64_t checkpoint_keep = 3;               // the newest K checkpoints are kept
   // actor
-  std::string actor_device = "auto";  // auto, cpu, cuda or cuda:N
-  int64_t credit_steps = 2048;        // env steps an actor may have in flight to each learner
+  std::string actor_device = "auto";           // auto, cpu, cuda or cuda:N
+  int64_t credit_steps = 2048;                 // env steps an actor may have in flight to each learner
   std::string on_weight_update = "reprefill";  // restart, reprefill or keep the streams' caches
   int64_t fragment_steps = 0;                  // ship fragments of this many steps; 0 = whole episodes
 

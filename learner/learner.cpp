@@ -201,8 +201,8 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t po
     const PolicyWindow start = model_->evaluate(batch.observations, batch.is_init);
     targets.old_values = start.values;
     const at::Tensor start_log_probs = model_->log_prob(start, batch.actions);
-    record_agreement(acting_agreement(batch, WindowRows(batch, all_rows(batch)), start_log_probs, start.values,
-                                      policy_version),
+    record_agreement(acting_agreement(batch, WindowRows(batch, all_rows(batch)), start_log_probs,
+                                      start.values, policy_version),
                      stats);
     if (options_.decoupled) {
       targets.anchor_log_probs = start_log_probs;

@@ -91,8 +91,9 @@ VTraceRowTargets vtrace_row_targets(const WindowBatch& batch, const WindowRows& 
 
 namespace kvrl {
 
-ActingAgreement acting_agreement(const WindowBatch& batch, const WindowRows& rows_of, const at::Tensor& log_probs,
-                                 const at::Tensor& values, int64_t policy_version) {
+ActingAgreement acting_agreement(const WindowBatch& batch, const WindowRows& rows_of,
+                                 const at::Tensor& log_probs, const at::Tensor& values,
+                                 int64_t policy_version) {
   at::NoGradGuard no_grad;
   const at::Tensor mask = rows_of(batch.step_mask);
   const at::Tensor log_ratio = (log_probs - rows_of(batch.behaviour_log_probs)).masked_select(mask);

@@ -69,8 +69,9 @@ struct ActingAgreement {
 // log_probs and values [rows, T] of the learner's policy at the batch's start for some
 // rows of a batch (`rows_of`), compared with what the actors recorded. `policy_version`:
 // the learner's version (-1: no same-version figures).
-ActingAgreement acting_agreement(const WindowBatch& batch, const WindowRows& rows_of, const at::Tensor& log_probs,
-                                 const at::Tensor& values, int64_t policy_version);
+ActingAgreement acting_agreement(const WindowBatch& batch, const WindowRows& rows_of,
+                                 const at::Tensor& log_probs, const at::Tensor& values,
+                                 int64_t policy_version);
 
 // V-trace targets [rows, T] on the host for some rows of a batch, from the rows' values and
 // log-probabilities under the current parameters.

@@ -90,21 +90,22 @@ std::vector<std::pair<std::string, double>> RunReporter::scalars(const RunSnapsh
     out.insert(out.end(),
                {{"ppo/approx_kl", s.update.approx_kl}, {"ppo/clip_fraction", s.update.clip_fraction}});
   }
-  out.insert(out.end(), {
-                            {"optimizer/grad_norm", s.update.grad_norm},
-                            {"optimizer/learning_rate", s.update.learning_rate},
-                            {"policy_lag/mean", s.lag_mean},
-                            {"policy_lag/max", s.lag_max},
-                            {"throughput/env_steps_per_s", s.env_steps_per_s},
-                            {"throughput/updates_per_s", s.updates_per_s},
-                            {"learner/packing_efficiency", s.update.packing_efficiency},
-                            {"learner/queue_depth", static_cast<double>(s.queue_depth)},
-                            {"learner/skipped_updates", static_cast<double>(s.skipped_updates)},
-                            {"acting/kl", s.update.acting_kl},
-                            {"acting/same_version_steps", static_cast<double>(s.update.same_version_steps)},
-                            {"acting/same_version_max_log_prob_error", s.update.same_version_max_log_prob_error},
-                            {"acting/same_version_max_value_error", s.update.same_version_max_value_error},
-                        });
+  out.insert(out.end(),
+             {
+                 {"optimizer/grad_norm", s.update.grad_norm},
+                 {"optimizer/learning_rate", s.update.learning_rate},
+                 {"policy_lag/mean", s.lag_mean},
+                 {"policy_lag/max", s.lag_max},
+                 {"throughput/env_steps_per_s", s.env_steps_per_s},
+                 {"throughput/updates_per_s", s.updates_per_s},
+                 {"learner/packing_efficiency", s.update.packing_efficiency},
+                 {"learner/queue_depth", static_cast<double>(s.queue_depth)},
+                 {"learner/skipped_updates", static_cast<double>(s.skipped_updates)},
+                 {"acting/kl", s.update.acting_kl},
+                 {"acting/same_version_steps", static_cast<double>(s.update.same_version_steps)},
+                 {"acting/same_version_max_log_prob_error", s.update.same_version_max_log_prob_error},
+                 {"acting/same_version_max_value_error", s.update.same_version_max_value_error},
+             });
   for (const auto& [reason, count] : s.dropped)
     out.emplace_back("dropped/" + reason, static_cast<double>(count));
   return out;

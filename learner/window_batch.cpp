@@ -85,7 +85,8 @@ void copy_into_slot(const Episode& e, const EpisodeSlot& slot, int64_t width, Wi
   float* value = batch.behaviour_values.data_ptr<float>();
   int64_t* version = batch.policy_versions.data_ptr<int64_t>();
   // Contexts start where the actor's did; the final token continues the last one.
-  for (int64_t t = 0; t < e.length(); ++t) init[base + t] = (t == 0 && slot.context == 0) || e.is_init[t] != 0;
+  for (int64_t t = 0; t < e.length(); ++t)
+    init[base + t] = (t == 0 && slot.context == 0) || e.is_init[t] != 0;
   init[base + e.length()] = false;
   for (int64_t t = 0; t < e.length(); ++t) {
     mask[base + t] = true;
@@ -142,9 +143,9 @@ at::Tensor WindowRows::operator()(const at::Tensor& t) const {
 WindowBatch WindowBatch::to(c10::Device device) && {
   WindowBatch moved = std::move(*this);
   if (moved.observations.device() == device) return moved;
-  for (at::Tensor* tensor : {&moved.observations, &moved.actions, &moved.is_init, &moved.step_mask,
-                             &moved.rewards, &moved.behaviour_log_probs, &moved.behaviour_values,
-                             &moved.policy_versions}) {
+  for (at::Tensor* tensor :
+       {&moved.observations, &moved.actions, &moved.is_init, &moved.step_mask, &moved.rewards,
+        &moved.behaviour_log_probs, &moved.behaviour_values, &moved.policy_versions}) {
     *tensor = tensor->to(device, /*non_blocking=*/false);
   }
   return moved;

@@ -206,8 +206,9 @@ void CausalTransformer::store_prefill(const WindowKeysValues& window, const at::
   using at::indexing::Slice;
   layer_keys.index_put_({row_index, Slice(), slot_index},
                         window.keys.index({row_index, Slice(), step_index}).to(layer_keys.scalar_type()));
-  layer_values.index_put_({row_index, Slice(), slot_index},
-                          window.values.index({row_index, Slice(), step_index}).to(layer_values.scalar_type()));
+  layer_values.index_put_(
+      {row_index, Slice(), slot_index},
+      window.values.index({row_index, Slice(), step_index}).to(layer_values.scalar_type()));
 }
 
 at::Tensor CausalTransformer::embed(const at::Tensor& features, const at::Tensor& positions) {

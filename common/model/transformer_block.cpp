@@ -63,8 +63,8 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_head
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
-                                         const std::vector<AttentionChunk>& chunks, const RotaryAngles* rotary,
-                                         WindowKeysValues* captured) {
+                                         const std::vector<AttentionChunk>& chunks,
+                                         const RotaryAngles* rotary, WindowKeysValues* captured) {
   const int64_t batch = h.size(0);
   const int64_t t = h.size(1);
   auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);

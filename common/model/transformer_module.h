@@ -25,17 +25,17 @@ class CudaStepGraph;
 
 struct TransformerModuleOptions {
   // Size arguments build a CausalTransformer; leave them unset when passing a backbone.
-  std::optional<int64_t> input_size;       // number of input features
-  std::optional<int64_t> hidden_size;      // residual stream width
-  int64_t num_layers = 1;                  // number of transformer blocks
-  std::optional<int64_t> num_heads;        // attention heads; required without a backbone
-  std::optional<int64_t> max_seq_len;      // longest episode; required without a backbone
-  std::optional<int64_t> dim_feedforward;  // per-block MLP width; default 4 * hidden_size
-  double dropout = 0.0;                    // dropout probability in the block MLPs
+  std::optional<int64_t> input_size;                        // number of input features
+  std::optional<int64_t> hidden_size;                       // residual stream width
+  int64_t num_layers = 1;                                   // number of transformer blocks
+  std::optional<int64_t> num_heads;                         // attention heads; required without a backbone
+  std::optional<int64_t> max_seq_len;                       // longest episode; required without a backbone
+  std::optional<int64_t> dim_feedforward;                   // per-block MLP width; default 4 * hidden_size
+  double dropout = 0.0;                                     // dropout probability in the block MLPs
   PositionEncoding positions = PositionEncoding::kLearned;  // learned table or rotary
-  int64_t attention_window = 0;  // 0: whole context; W: the last W steps (rotary only)
-  bool default_recurrent_mode = false;     // path of forward() outside a RecurrentModeGuard
-  bool validate_windows = true;            // window() checks every row starts with is_init
+  int64_t attention_window = 0;         // 0: whole context; W: the last W steps (rotary only)
+  bool default_recurrent_mode = false;  // path of forward() outside a RecurrentModeGuard
+  bool validate_windows = true;         // window() checks every row starts with is_init
   // On a CUDA device, step() replays its static-shape step from a CUDA graph captured once
   // per cache (common/model/cuda_step_graph.h); a failed capture is reported through `warn` and
   // the module steps eagerly from then on. No effect elsewhere or without CUDA support.
@@ -92,10 +92,10 @@ class TransformerModule : public torch::nn::Module {
 
   // Rebuilds the cache so that stream b continues its context at position lengths[b],
   // attending to its steps value[b, :lengths[b]] computed with the current weights as if
-  // its context had started at the first of them (rows are padded past their length). Call it after mark_weight_update() to
-  // keep every stream's context instead of restarting it, so the acting policy is the one
-  // a learner evaluates on the whole episode. value [B, T, F], lengths [B] (kLong, each in
-  // [0, T]). Throws InvalidArgumentError on bad shapes, SequenceTooLongError past max_seq_len.
+  // its context had started at the first of them (rows are padded past their length). Call it after
+  // mark_weight_update() to keep every stream's context instead of restarting it, so the acting policy is the
+  // one a learner evaluates on the whole episode. value [B, T, F], lengths [B] (kLong, each in [0, T]).
+  // Throws InvalidArgumentError on bad shapes, SequenceTooLongError past max_seq_len.
   void prefill(const at::Tensor& value, const at::Tensor& lengths);
 
   // Releases the cache and the per-stream positions; the next step starts afresh.

@@ -132,7 +132,8 @@ std::optional<std::string> fragment_problem(const Episode& e, const EpisodeSpec&
     return "step numbers: a prefix of " + std::to_string(context) + " steps before step " +
            std::to_string(e.first_step) + " reaches before the episode's first step";
   }
-  if (e.first_step == 0 && e.is_init[0] != 1) return std::string("the episode's first step is not marked is_init");
+  if (e.first_step == 0 && e.is_init[0] != 1)
+    return std::string("the episode's first step is not marked is_init");
   if (e.is_init[0] == 1 && context > 0) {
     return "the first step starts a context but carries a prefix of " + std::to_string(context) + " steps";
   }

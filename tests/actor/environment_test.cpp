@@ -165,7 +165,8 @@ TEST(EnvRegistry, UnknownNamesAndOptionsAreNamed) {
     make_environment("CueRecallTMaze", {{"length", 4}});
     FAIL();
   } catch (const InvalidArgumentError& error) {
-    EXPECT_STREQ(error.what(), "CueRecallTMaze has no option 'length' (options: corridor_length, max_episode_steps)");
+    EXPECT_STREQ(error.what(),
+                 "CueRecallTMaze has no option 'length' (options: corridor_length, max_episode_steps)");
   }
   EXPECT_THROW(make_environment("RepeatPrevious", {{"k", 52}}), InvalidArgumentError);
   EXPECT_THROW(make_environment("CueRecallTMaze", {{"corridor_length", 2.5}}), InvalidArgumentError);

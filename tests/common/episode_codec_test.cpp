@@ -183,7 +183,8 @@ TEST_F(EpisodeCodecTest, RefusesInconsistentFragmentsNamingWhatIsWrong) {
             std::string::npos);
   Episode other_stream = good;
   other_stream.stream = 7;
-  EXPECT_NE(fragment_problem_of(strict, loose.encode(other_stream)).find("unknown stream 7"), std::string::npos);
+  EXPECT_NE(fragment_problem_of(strict, loose.encode(other_stream)).find("unknown stream 7"),
+            std::string::npos);
 
   // A prefix reaching before the episode's first step: rewrite first_step (header bytes
   // 32..39) to 3 and re-seal the checksum.

@@ -37,7 +37,8 @@ at::Tensor starts_only(int64_t batch, int64_t steps) {
 at::Tensor step_through(TransformerModule& module, const at::Tensor& episodes) {
   std::vector<at::Tensor> outputs;
   for (int64_t t = 0; t < episodes.size(1); ++t) {
-    outputs.push_back(module.step(episodes.select(1, t), torch::full({episodes.size(0)}, t == 0, torch::kBool)));
+    outputs.push_back(
+        module.step(episodes.select(1, t), torch::full({episodes.size(0)}, t == 0, torch::kBool)));
   }
   return torch::stack(outputs, 1);
 }

@@ -77,7 +77,8 @@ Episode fragment(int64_t length, int64_t first_step, int64_t context) {
   e.terminated.back() = 0;
   e.first_step = first_step;
   e.is_init[0] = context == 0;
-  for (int64_t i = 0; i < context; ++i) e.context_observations.insert(e.context_observations.end(), {9.0f, 9.0f});
+  for (int64_t i = 0; i < context; ++i)
+    e.context_observations.insert(e.context_observations.end(), {9.0f, 9.0f});
   return e;
 }
 

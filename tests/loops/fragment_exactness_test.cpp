@@ -89,8 +89,12 @@ Collected collect_fragments(const ContextSetup& setup) {
   at::set_num_threads(1);
   const std::unique_ptr<Environment> prototype = make_environment("RepeatPrevious", kEnvOptions);
   const ActorCriticOptions policy = policy_for(*prototype, setup);
-  EpisodeSpec spec{prototype->observation_space().flat_size(), prototype->action_space().flat_size(),
-                   kFragmentSteps, setup.reach(), kEnvs, setup.segment_steps()};
+  EpisodeSpec spec{prototype->observation_space().flat_size(),
+                   prototype->action_space().flat_size(),
+                   kFragmentSteps,
+                   setup.reach(),
+                   kEnvs,
+                   setup.segment_steps()};
   const EpisodeCodec codec(spec);
   InProcessNetwork network(/*ranks=*/2, /*inbox_bound=*/64, /*flush_timeout_s=*/20);
   torch::manual_seed(7);
@@ -110,7 +114,8 @@ Collected collect_fragments(const ContextSetup& setup) {
     options.fragment_steps = kFragmentSteps;
     options.segment_steps = setup.segment_steps();
     options.context_reach = setup.reach();
-    ActorLoop loop(options, transport, actor_model, env, codec, std::make_shared<Logger>(1, "actor", "", "error"));
+    ActorLoop loop(options, transport, actor_model, env, codec,
+                   std::make_shared<Logger>(1, "actor", "", "error"));
     collected.actor = loop.run();
   });
 
@@ -219,8 +224,9 @@ Comparison compare(const Collected& collected, const ContextSetup& setup) {
         const double error =
             std::max(std::abs(log_probs[0][offset + t].item<double>() - f.behaviour_log_probs[t]),
                      std::abs(window.values[0][offset + t].item<double>() - f.values[t]));
-        const bool pure = setup.on_update != WeightUpdatePolicy::kKeep ||
-                          context_of_one_version(timelines.at({f.stream, f.episode_id}), f.first_step + t, setup);
+        const bool pure =
+            setup.on_update != WeightUpdatePolicy::kKeep ||
+            context_of_one_version(timelines.at({f.stream, f.episode_id}), f.first_step + t, setup);
         const bool matches = error <= kTolerance;
         (matches ? result.matching : result.differing) += 1;
         if (pure && !matches) ++result.pure_differing;
@@ -256,22 +262,25 @@ TEST_P(FragmentExactness, TheLearnerRecomputesWhatTheActorComputedForEveryTraine
   } else {
     EXPECT_EQ(result.differing, 0);
   }
-  std::printf("[ %s ] %lld steps match, %lld differ (worst matching error %.2e); fragments: %lld "
-              "mid-episode, %lld across a restart, %lld across an update\n",
-              setup.name.c_str(), static_cast<long long>(result.matching),
-              static_cast<long long>(result.differing), result.worst_pure_error,
-              static_cast<long long>(result.mid_episode), static_cast<long long>(result.across_restarts),
-              static_cast<long long>(result.after_updates));
+  std::printf(
+      "[ %s ] %lld steps match, %lld differ (worst matching error %.2e); fragments: %lld "
+      "mid-episode, %lld across a restart, %lld across an update\n",
+      setup.name.c_str(), static_cast<long long>(result.matching), static_cast<long long>(result.differing),
+      result.worst_pure_error, static_cast<long long>(result.mid_episode),
+      static_cast<long long>(result.across_restarts), static_cast<long long>(result.after_updates));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     EveryPolicy, FragmentExactness,
     ::testing::Values(
         ContextSetup{"segment_learned_restart", PositionEncoding::kLearned, 0, WeightUpdatePolicy::kRestart},
-        ContextSetup{"segment_learned_reprefill", PositionEncoding::kLearned, 0, WeightUpdatePolicy::kReprefill},
+        ContextSetup{"segment_learned_reprefill", PositionEncoding::kLearned, 0,
+                     WeightUpdatePolicy::kReprefill},
         ContextSetup{"segment_learned_keep", PositionEncoding::kLearned, 0, WeightUpdatePolicy::kKeep},
-        ContextSetup{"segment_rotary_reprefill", PositionEncoding::kRotary, 0, WeightUpdatePolicy::kReprefill},
-        ContextSetup{"sliding_rotary_restart", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kRestart},
+        ContextSetup{"segment_rotary_reprefill", PositionEncoding::kRotary, 0,
+                     WeightUpdatePolicy::kReprefill},
+        ContextSetup{"sliding_rotary_restart", PositionEncoding::kRotary, kWindow,
+                     WeightUpdatePolicy::kRestart},
         ContextSetup{"sliding_rotary_reprefill", PositionEncoding::kRotary, kWindow,
                      WeightUpdatePolicy::kReprefill},
         ContextSetup{"sliding_rotary_keep", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep}),

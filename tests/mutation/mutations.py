@@ -269,6 +269,15 @@ MUTATIONS = [
         catchers=("loops_test", "integration_mpi"),
     ),
     Mutation(
+        id="fragment-prefix-one-step-short",
+        file="actor/actor_loop.cpp",
+        find="const int64_t prefix = std::min(context.kept(), options_.context_reach);",
+        replace="const int64_t prefix = std::min(context.kept(), options_.context_reach - 1);",
+        bug="a fragment carries one step less of context than its first step attended to, so the learner "
+        "computes its sliding-window steps from a shorter history than the actor did",
+        catchers=("loops_test",),
+    ),
+    Mutation(
         id="weights-assigned-without-offset",
         file="common/comm/parameter_vector.cpp",
         find="    offset += p.numel();\n",
