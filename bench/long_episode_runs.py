@@ -34,6 +34,10 @@ RUNS = {
                                           0.75),
     "repeat_previous_sliding/keep": ("repeat_previous_sliding_ppo.yaml", ["actor.on_weight_update=keep"], 0.75),
     "repeat_previous_sliding/no_context": ("repeat_previous_sliding_ppo.yaml", ["model.temporal_context=false"], 0.75),
+    # A memory task with short episodes (whole, in context): the policies' effect on memory.
+    "tmaze/restart": ("tmaze_ppo.yaml", ["actor.on_weight_update=restart"], 0.75),
+    "tmaze/reprefill": ("tmaze_ppo.yaml", ["actor.on_weight_update=reprefill"], 0.75),
+    "tmaze/keep": ("tmaze_ppo.yaml", ["actor.on_weight_update=keep"], 0.75),
     # Today's one-deck run, its whole 51-step episode in context: the return to match.
     "repeat_previous_one_deck/whole_context": ("repeat_previous_ppo.yaml", [], 0.75),
 }
