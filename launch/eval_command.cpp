@@ -126,9 +126,11 @@ int run_eval(const EvalArguments& arguments) {
 void run_export(const std::string& checkpoint, const std::string& out_path) {
   SavedPolicy saved = load_policy(checkpoint);
   if (saved.config.positions != "learned") {
-    throw InvalidArgumentError("kvrl export writes a policy for TorchRL's TransformerModule, whose positions are a "
-                               "learned table; this checkpoint's model.positions is " + saved.config.positions +
-                               " (model.context " + saved.config.context + "), which the reference cannot load");
+    throw InvalidArgumentError(
+        "kvrl export writes a policy for TorchRL's TransformerModule, whose positions are a "
+        "learned table; this checkpoint's model.positions is " +
+        saved.config.positions + " (model.context " + saved.config.context +
+        "), which the reference cannot load");
   }
   const ActorCriticOptions& options = saved.model->options();
   using Dict = c10::impl::GenericDict;

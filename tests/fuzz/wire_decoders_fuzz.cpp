@@ -18,8 +18,9 @@
 namespace {
 
 // As write_fuzz_seeds' codec: fragments with a context prefix of up to 16 steps decode.
-constexpr kvrl::EpisodeSpec kSpec{/*observation_size=*/4, /*action_size=*/1, /*max_length=*/500,
-                                  /*max_context=*/16, /*streams=*/4, /*segment_steps=*/0};
+constexpr kvrl::EpisodeSpec kSpec{
+    /*observation_size=*/4, /*action_size=*/1, /*max_length=*/500,
+    /*max_context=*/16,     /*streams=*/4,     /*segment_steps=*/0};
 constexpr int64_t kWeights = 37;
 
 void repair_crc(std::vector<uint8_t>& message) {

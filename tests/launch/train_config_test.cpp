@@ -62,18 +62,22 @@ TEST(TrainConfig, ContextPolicyPositionsAndWindowMustAgree) {
   EXPECT_EQ(refusal("", {"model.context=sliding", "model.positions=rotary", "model.attention_window=32"}),
             "accepted");
   const std::string learned = refusal("", {"model.context=sliding"});
-  EXPECT_NE(learned.find("model.context = sliding needs model.positions = rotary"), std::string::npos) << learned;
+  EXPECT_NE(learned.find("model.context = sliding needs model.positions = rotary"), std::string::npos)
+      << learned;
   const std::string wide =
       refusal("", {"model.context=sliding", "model.positions=rotary", "model.attention_window=600"});
-  EXPECT_NE(wide.find("model.attention_window (600) must be in [0, model.max_seq_len = 512]"), std::string::npos)
+  EXPECT_NE(wide.find("model.attention_window (600) must be in [0, model.max_seq_len = 512]"),
+            std::string::npos)
       << wide;
   const std::string segment = refusal("", {"model.attention_window=32"});
   EXPECT_NE(segment.find("applies to model.context = sliding"), std::string::npos) << segment;
-  const std::string odd = refusal("", {"model.positions=rotary", "model.hidden_size=12", "model.num_heads=4"});
+  const std::string odd =
+      refusal("", {"model.positions=rotary", "model.hidden_size=12", "model.num_heads=4"});
   EXPECT_NE(odd.find("needs an even head size"), std::string::npos) << odd;
   EXPECT_NE(refusal("", {"actor.on_weight_update=stale"}).find("restart reprefill keep"), std::string::npos);
   const std::string renamed = refusal("", {"actor.keep_context_on_update=true"});
-  EXPECT_NE(renamed.find("replaced by actor.on_weight_update: true is reprefill"), std::string::npos) << renamed;
+  EXPECT_NE(renamed.find("replaced by actor.on_weight_update: true is reprefill"), std::string::npos)
+      << renamed;
 }
 
 TEST(TrainConfig, RefusesTextThatIsNotUtf8) {
