@@ -181,10 +181,15 @@ def test_a_value_out_of_range_names_the_key(tmp_path):
     assert "config key 'learner.gamma' = '1.5': expected a number in [0, 1]" in result.stderr
 
 
-def test_a_time_limit_beyond_max_seq_len_is_rejected(tmp_path):
-    result = mpirun(2, f"run.dir={tmp_path}", "model.max_seq_len=256", timeout=60)
-    assert result.returncode == 2
-    assert "env time limit (500) + 1 exceeds model.max_seq_len (256)" in result.stderr
+def test_whole_episodes_longer_than_max_seq_len_train_in_segments(tmp_path):
+    """Until issue #19 a time limit beyond max_seq_len was refused; now each stream's
+    context restarts every max_seq_len - 1 steps, recorded as is_init."""
+    result = mpirun(3, f"run.dir={tmp_path}", "model.max_seq_len=8", "run.max_updates=2",
+                    "learner.steps_per_update=512", "actor.credit_steps=512", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    learner, *actors = stats(tmp_path, 3)
+    assert all(a["segment_restarts"] > 0 for a in actors), actors
+    assert not any(reason.startswith("malformed") for reason in learner["dropped"]), learner["dropped"]
 
 
 def test_too_few_ranks_says_how_to_launch(tmp_path):
