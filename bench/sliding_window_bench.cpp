@@ -117,12 +117,7 @@ BenchConfig parse(int argc, char** argv) {
   return config;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  at::set_num_threads(1);
-  torch::manual_seed(0);
-  const BenchConfig config = parse(argc, argv);
+int run(const BenchConfig& config) {
   const std::vector<int64_t> probes{100, 1000, config.steps / 2, config.steps};
   const int64_t full_context = config.steps + kTimedSteps + 1;
   struct Row {
@@ -163,4 +158,17 @@ int main(int argc, char** argv) {
   json += "]}\n";
   if (!config.out.empty()) std::ofstream(config.out) << json;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    at::set_num_threads(1);
+    torch::manual_seed(0);
+    return run(parse(argc, argv));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "kvrl_bench_sliding: %s\n", error.what());
+    return 2;
+  }
 }
