@@ -316,6 +316,7 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
   const uint8_t* cursor = entry;
   auto take = [&](auto& values, size_t count) {
     values.resize(count);
+    if (count == 0) return;  // an empty vector's data() may be null, which memcpy must not get
     const size_t bytes = count * sizeof(values[0]);
     std::memcpy(values.data(), cursor, bytes);
     cursor += bytes;
