@@ -209,6 +209,7 @@ Setup prepare(const TrainInputs& arguments) {
   setup.spec.max_context = plan.reach;
   setup.spec.streams = setup.config.num_envs;
   setup.spec.segment_steps = plan.segment_steps;
+  setup.spec.whole_episodes = fragment_steps == 0;
   return setup;
 }
 

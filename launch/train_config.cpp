@@ -412,10 +412,16 @@ void apply(TrainConfig& config, const std::string& key, const std::string& text)
       return;
     }
   }
+  // The key's name before issue #19: the config.yaml of older run directories and
+  // checkpoints holds it, so it maps exactly onto its replacement.
   if (key == "actor.keep_context_on_update") {
-    throw InvalidArgumentError(
-        "config key 'actor.keep_context_on_update' was replaced by actor.on_weight_update: true is "
-        "reprefill, false is restart");
+    if (text != "true" && text != "false") {
+      fail(
+          key, text,
+          "expected true or false (replaced by actor.on_weight_update: true is reprefill, false is restart)");
+    }
+    config.on_weight_update = text == "true" ? "reprefill" : "restart";
+    return;
   }
   throw InvalidArgumentError("unknown config key '" + key + "' (the keys are listed in docs/config.md)");
 }

@@ -109,6 +109,10 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
   if (e.terminated[t - 1] && e.truncated[t - 1]) {
     return std::string("the last step is both terminated and truncated");
   }
+  if (spec.whole_episodes && !e.terminated[t - 1] && !e.truncated[t - 1]) {
+    return std::string(
+        "the episode does not end, but this run ships whole episodes (actor.fragment_steps = 0)");
+  }
   if (!all_finite(e.observations) || !all_finite(e.actions) || !all_finite(e.rewards) ||
       !all_finite(e.behaviour_log_probs) || !all_finite(e.values) || !all_finite(e.final_observation) ||
       !all_finite(e.context_observations) || !std::isfinite(e.return_before)) {

@@ -16,10 +16,11 @@ namespace kvrl {
 struct EpisodeSpec {
   int64_t observation_size = 0;
   int64_t action_size = 0;
-  int64_t max_length = 0;     // the longest episode or fragment accepted
-  int64_t max_context = 0;    // the longest context prefix a fragment may carry (the policy's reach)
-  int64_t streams = 1;        // environments per actor: a fragment's stream is below this
-  int64_t segment_steps = 0;  // a context holds at most this many steps (segment policy); 0: no bound
+  int64_t max_length = 0;       // the longest episode or fragment accepted
+  int64_t max_context = 0;      // the longest context prefix a fragment may carry (the policy's reach)
+  int64_t streams = 1;          // environments per actor: a fragment's stream is below this
+  int64_t segment_steps = 0;    // a context holds at most this many steps (segment policy); 0: no bound
+  bool whole_episodes = false;  // every message ends its episode (actor.fragment_steps = 0)
 };
 
 class EpisodeCodec {

@@ -115,6 +115,22 @@ TEST_F(EpisodeCodecTest, AContextRestartInsideAnEpisodeRoundTrips) {
   EXPECT_EQ(codec_.decode(codec_.encode(restarted)).is_init, restarted.is_init);
 }
 
+TEST_F(EpisodeCodecTest, ARunOfWholeEpisodesRefusesOneThatDoesNotEnd) {
+  Episode unfinished = make_episode(5);
+  unfinished.terminated.back() = 0;
+  EXPECT_NO_THROW(codec_.encode(unfinished));  // a fragment, where fragments are shipped
+  const EpisodeCodec whole({/*observation_size=*/4, /*action_size=*/1, /*max_length=*/500, /*max_context=*/0,
+                            /*streams=*/1, /*segment_steps=*/0, /*whole_episodes=*/true});
+  EXPECT_THROW(whole.encode(unfinished), InvalidArgumentError);
+  try {
+    whole.decode(codec_.encode(unfinished));
+    FAIL() << "decoded";
+  } catch (const MalformedMessageError& error) {
+    EXPECT_EQ(error.reason(), Reason::kContent);
+    EXPECT_NE(std::string(error.what()).find("does not end"), std::string::npos) << error.what();
+  }
+}
+
 TEST_F(EpisodeCodecTest, EncoderRefusesInconsistentEpisodes) {
   Episode both = make_episode(5);
   both.truncated.back() = 1;

@@ -75,7 +75,10 @@ TEST(TrainConfig, ContextPolicyPositionsAndWindowMustAgree) {
       refusal("", {"model.positions=rotary", "model.hidden_size=12", "model.num_heads=4"});
   EXPECT_NE(odd.find("needs an even head size"), std::string::npos) << odd;
   EXPECT_NE(refusal("", {"actor.on_weight_update=stale"}).find("restart reprefill keep"), std::string::npos);
-  const std::string renamed = refusal("", {"actor.keep_context_on_update=true"});
+  // The old name, as older run directories' config.yaml holds it, maps exactly.
+  EXPECT_EQ(TrainConfig::parse("actor:\n  keep_context_on_update: false\n", {}).on_weight_update, "restart");
+  EXPECT_EQ(TrainConfig::parse("", {"actor.keep_context_on_update=true"}).on_weight_update, "reprefill");
+  const std::string renamed = refusal("", {"actor.keep_context_on_update=maybe"});
   EXPECT_NE(renamed.find("replaced by actor.on_weight_update: true is reprefill"), std::string::npos)
       << renamed;
 }
