@@ -180,7 +180,7 @@ std::map<std::pair<int64_t, uint64_t>, EpisodeTimeline> timelines_of(const std::
 // Whether every step the policy's output at `step` depends on was acted by its version.
 bool context_of_one_version(const EpisodeTimeline& timeline, int64_t step, const ContextSetup& setup) {
   const int64_t version = timeline.version.at(step);
-  for (int64_t s = step; s >= 0 && step - s <= setup.reach() + 1; --s) {
+  for (int64_t s = step; s >= 0 && step - s <= setup.reach(); --s) {
     if (timeline.version.at(s) != version) return false;
     if (timeline.is_init.at(s)) return true;
   }
