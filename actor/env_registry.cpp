@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -101,33 +102,61 @@ std::unique_ptr<Environment> with_step_limit(std::unique_ptr<Environment> env, s
   return env;
 }
 
+// `given` over the environment's `defaults`; an option it does not take is refused by name.
+EnvOptions resolve_options(const std::string& env, const EnvOptions& defaults, const EnvOptions& given) {
+  EnvOptions resolved = defaults;
+  for (const auto& [key, value] : given) {
+    if (!resolved.count(key)) {
+      std::vector<std::string> allowed;
+      for (const auto& [option, _] : defaults) allowed.push_back(option);
+      allowed.emplace_back(kStepLimitOption);
+      throw InvalidArgumentError(env + " has no option '" + key + "' (options: " + join(allowed) + ")");
+    }
+    resolved[key] = value;
+  }
+  return resolved;
+}
+
+std::vector<std::string> mujoco_names() { return {kMujocoEnvironmentNames.begin(), kMujocoEnvironmentNames.end()}; }
+
 }  // namespace
 
 std::vector<std::string> builtin_environment_names() {
-  std::vector<std::string> names;
+  std::vector<std::string> names = mujoco_names();
   for (const auto& [name, _] : builtins()) names.push_back(name);
+  std::sort(names.begin(), names.end());
   return names;
 }
 
 std::unique_ptr<Environment> make_environment(const std::string& name, const EnvOptions& given) {
-  EnvOptions options = given;
-  const std::optional<int64_t> step_limit = take_step_limit(name, options);
-  auto it = builtins().find(name);
+  EnvironmentRequest request;
+  request.name = name;
+  request.options = given;
+  return make_environment(request);
+}
+
+std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request) {
+  if (!request.plugin.empty() || !is_mujoco_environment(request.name)) {
+    if (request.locomotion.observe != ObservedPart::kAll) {
+      throw InvalidArgumentError("env.observe: " + (request.plugin.empty() ? request.name : request.plugin) +
+                                 " observes all of its observation; positions and velocities apply to the "
+                                 "MuJoCo environments (" + join(mujoco_names()) + ")");
+    }
+  }
+  if (!request.plugin.empty()) return make_plugin_environment(request.plugin, request.options);
+  EnvOptions options = request.options;
+  const std::optional<int64_t> step_limit = take_step_limit(request.name, options);
+  if (is_mujoco_environment(request.name)) {
+    const EnvOptions resolved =
+        resolve_options(request.name, mujoco_environment_defaults(request.name), options);
+    return with_step_limit(make_mujoco_environment(request.name, resolved, request.locomotion), step_limit);
+  }
+  auto it = builtins().find(request.name);
   if (it == builtins().end()) {
-    throw InvalidArgumentError("unknown environment '" + name + "' (built in: " +
+    throw InvalidArgumentError("unknown environment '" + request.name + "' (built in: " +
                                join(builtin_environment_names()) + "; or load your own with env.plugin)");
   }
-  EnvOptions resolved = it->second.defaults;
-  for (const auto& [key, value] : options) {
-    if (!resolved.count(key)) {
-      std::vector<std::string> allowed;
-      for (const auto& [option, _] : it->second.defaults) allowed.push_back(option);
-      allowed.emplace_back(kStepLimitOption);
-      throw InvalidArgumentError(name + " has no option '" + key + "' (options: " + join(allowed) + ")");
-    }
-    resolved[key] = value;
-  }
-  return with_step_limit(it->second.make(resolved), step_limit);
+  return with_step_limit(it->second.make(resolve_options(request.name, it->second.defaults, options)), step_limit);
 }
 
 std::unique_ptr<Environment> make_plugin_environment(const std::string& path, const EnvOptions& given) {

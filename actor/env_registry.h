@@ -8,13 +8,23 @@
 #include <vector>
 
 #include "actor/environment.h"
+#include "actor/mujoco_locomotion.h"
 
 namespace kvrl {
 
-// Per-environment options by name, e.g. {"corridor_length": 10}.
-using EnvOptions = std::map<std::string, double>;
+// Everything that picks and shapes an environment (the env.* keys but num_envs).
+struct EnvironmentRequest {
+  std::string name;    // a built-in environment
+  std::string plugin;  // or a plugin shared library's path; replaces name
+  EnvOptions options;  // the environment's own options, and max_episode_steps
+  LocomotionSettings locomotion;  // MuJoCo environments: the observed part, the model folder
+};
 
-// The built-in names, sorted.
+// Makes the environment a request names. Throws InvalidArgumentError as the functions
+// below do, and for an observed part that the environment does not have.
+std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request);
+
+// The built-in names, sorted (the MuJoCo ones included, with or without MuJoCo).
 std::vector<std::string> builtin_environment_names();
 
 // Makes a built-in environment. Throws InvalidArgumentError naming the bad name (and the

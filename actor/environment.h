@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "actor/space.h"
 
 namespace kvrl {
+
+// Per-environment options by name, e.g. {"corridor_length": 10}.
+using EnvOptions = std::map<std::string, double>;
 
 struct StepResult {
   double reward = 0.0;

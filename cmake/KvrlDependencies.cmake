@@ -53,6 +53,18 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 2.0 REQUIRED)
 find_package(Python3 COMPONENTS Interpreter)
 
+# Optional: the MuJoCo C library (native locomotion environments) and the folder of
+# Gymnasium's model XML files, both found by scripts/setup.sh in its venv. Without them
+# the build succeeds and asking for a MuJoCo environment says how to get them.
+find_package(MuJoCo 3.0)
+if(NOT DEFINED KVRL_MUJOCO_MODEL_DIR AND EXISTS "${KVRL_CACHE}/mujoco_model_dir")
+  file(READ "${KVRL_CACHE}/mujoco_model_dir" _kvrl_mujoco_model_dir)
+  string(STRIP "${_kvrl_mujoco_model_dir}" _kvrl_mujoco_model_dir)
+  set(KVRL_MUJOCO_MODEL_DIR "${_kvrl_mujoco_model_dir}")
+endif()
+set(KVRL_MUJOCO_MODEL_DIR "${KVRL_MUJOCO_MODEL_DIR}" CACHE PATH
+    "Gymnasium's MuJoCo model XML folder (gymnasium/envs/mujoco/assets); env.mujoco_model_dir overrides it")
+
 set(KVRL_HAVE_CUDA OFF)
 set(KVRL_HAVE_NCCL OFF)
 if(NOT KVRL_WITH_CUDA STREQUAL "OFF")

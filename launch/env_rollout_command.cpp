@@ -44,17 +44,30 @@ at::Tensor required_tensor(const c10::impl::GenericDict& input, const std::strin
   return it->value().toTensor();
 }
 
+ObservedPart observed_part_from(const c10::impl::GenericDict& input) {
+  auto it = input.find("observe");
+  if (it == input.end()) return ObservedPart::kAll;
+  const std::string part = it->value().isString() ? it->value().toStringRef() : "<not a string>";
+  if (part == "all") return ObservedPart::kAll;
+  if (part == "positions") return ObservedPart::kPositions;
+  if (part == "velocities") return ObservedPart::kVelocities;
+  throw MalformedInputError("input['observe'] must be 'all', 'positions' or 'velocities', got '" + part + "'");
+}
+
 std::unique_ptr<Environment> environment_from(const c10::impl::GenericDict& input) {
+  EnvironmentRequest request;
+  request.options = parse_options(input);
+  request.locomotion.observe = observed_part_from(input);
   auto name = input.find("name");
   auto plugin = input.find("plugin");
   if (plugin != input.end() && plugin->value().isString()) {
-    return make_plugin_environment(plugin->value().toStringRef(), parse_options(input));
+    request.plugin = plugin->value().toStringRef();
+  } else if (name != input.end() && name->value().isString()) {
+    request.name = name->value().toStringRef();
+  } else {
+    throw MalformedInputError("input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
   }
-  if (name != input.end() && name->value().isString()) {
-    return make_environment(name->value().toStringRef(), parse_options(input));
-  }
-  throw MalformedInputError(
-      "input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
+  return make_environment(request);
 }
 
 // What to roll out, read and checked from the input dict.
@@ -153,11 +166,12 @@ constexpr int64_t kMaxResets = 100000;
 c10::impl::GenericDict draw_resets(const c10::impl::GenericDict& input) {
   for (const auto& entry : input) {
     const std::string key = entry.key().isString() ? entry.key().toStringRef() : "<not a string>";
-    if (key != "name" && key != "plugin" && key != "options" && key != "resets" && key != "seed") {
+    if (key != "name" && key != "plugin" && key != "options" && key != "observe" && key != "resets" &&
+        key != "seed") {
       throw MalformedInputError(
           "input['" + key +
           "'] is not allowed with input['resets'] (which draws initial observations "
-          "from kvrl's own reset; allowed: name, plugin, options, resets, seed): drop '" +
+          "from kvrl's own reset; allowed: name, plugin, options, observe, resets, seed): drop '" +
           key + "', or drop 'resets' to roll out from a state");
     }
   }

@@ -20,8 +20,13 @@ ContextPlan context_plan(const TrainConfig& config) {
 }
 
 std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
-  return config.env_plugin.empty() ? make_environment(config.env_name, config.env_options)
-                                   : make_plugin_environment(config.env_plugin, config.env_options);
+  const ObservedPart observe = config.env_observe == "positions"    ? ObservedPart::kPositions
+                               : config.env_observe == "velocities" ? ObservedPart::kVelocities
+                                                                    : ObservedPart::kAll;
+  return make_environment(EnvironmentRequest{.name = config.env_name,
+                                             .plugin = config.env_plugin,
+                                             .options = config.env_options,
+                                             .locomotion = {.observe = observe, .model_dir = config.mujoco_model_dir}});
 }
 
 ActorCriticOptions model_options(const TrainConfig& config, const Environment& env) {

@@ -168,7 +168,15 @@ std::vector<Field> run_fields() {
               "path of an environment plugin; replaces env.name"),
           int_field(
               "env.num_envs", [](auto& c) -> auto& { return c.num_envs; }, 1, 65536,
-              "environments stepped together by each actor")};
+              "environments stepped together by each actor"),
+          string_field(
+              "env.observe", [](auto& c) -> auto& { return c.env_observe; }, {"all", "positions", "velocities"},
+              "the part of the observation the policy sees: all, or (MuJoCo environments) joint positions only "
+              "or velocities only, the partially observed variants"),
+          string_field(
+              "env.mujoco_model_dir", [](auto& c) -> auto& { return c.mujoco_model_dir; }, {},
+              "folder of Gymnasium's MuJoCo model XML files (gymnasium/envs/mujoco/assets); empty = the one "
+              "scripts/setup.sh found")};
 }
 
 // The keys of the policy, in the reference's order.
@@ -602,8 +610,10 @@ std::string TrainConfig::model_difference(const TrainConfig& checkpoint) const {
     std::map<std::string, std::string> values;
     for (const Field& field : schema()) {
       // How many environments an actor steps does not change what the model is.
+      // Nor where the model files are read from.
       const bool defines_model = field.key.rfind("model.", 0) == 0 || field.key.rfind("env.", 0) == 0;
-      if (defines_model && field.key != "env.num_envs") values[field.key] = field.get(c);
+      if (defines_model && field.key != "env.num_envs" && field.key != "env.mujoco_model_dir")
+        values[field.key] = field.get(c);
     }
     for (const auto& [name, value] : c.env_options) values["env.options." + name] = std::to_string(value);
     return values;

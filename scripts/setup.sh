@@ -11,7 +11,12 @@ VENV="$KVRL_CACHE/venv"
 # Pinned together. TransformerModule (the reference the tests compare against) is only in
 # torchrl-nightly on PyPI; the 0.14 release does not have it.
 TORCH_VERSION="${KVRL_TORCH_VERSION:-2.15.0}"
-TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==1.4.0" popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0")
+# The MuJoCo C library (mujoco-core: headers and libmujoco.so.<version>) and Gymnasium,
+# whose package holds the locomotion model XML files: the native MuJoCo environments.
+MUJOCO_VERSION="${KVRL_MUJOCO_VERSION:-4.0.1}"
+GYMNASIUM_VERSION="1.4.0"
+TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==$GYMNASIUM_VERSION"
+               "mujoco==$MUJOCO_VERSION" imageio==2.38.2 popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0")
 APT_PACKAGES=(openmpi-bin libopenmpi-dev libboost-dev libspdlog-dev libgtest-dev
               libyaml-cpp-dev nlohmann-json3-dev libcli11-dev cmake g++ clang clang-format clang-tidy
               python3-venv)
@@ -62,8 +67,23 @@ else
   say "torch $have_torch present in $VENV"
 fi
 
+# Located from the files, not by importing: mujoco-core ships no Python module of its own.
+site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mujoco_library="$site_packages/mujoco/libmujoco.so.$MUJOCO_VERSION"
+mujoco_models="$site_packages/gymnasium/envs/mujoco/assets"
+have_gymnasium=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("gymnasium"))' 2>/dev/null || true)
+if [ ! -f "$mujoco_library" ] || [ ! -f "$mujoco_models/hopper.xml" ] || [ "$have_gymnasium" != "$GYMNASIUM_VERSION" ]; then
+  say "installing mujoco-core==$MUJOCO_VERSION and gymnasium==$GYMNASIUM_VERSION into $VENV"
+  pip_install "mujoco-core==$MUJOCO_VERSION" "gymnasium==$GYMNASIUM_VERSION"
+else
+  say "MuJoCo $MUJOCO_VERSION and Gymnasium $have_gymnasium present in $VENV"
+fi
+echo "$site_packages/mujoco" > "$KVRL_CACHE/mujoco_prefix"
+echo "$mujoco_models" > "$KVRL_CACHE/mujoco_model_dir"
+say "MuJoCo library: $mujoco_library; model XML: $mujoco_models"
+
 if [ "$with_test" -eq 1 ]; then
-  if ! "$VENV/bin/python" -c "import torchrl, tensordict, gymnasium, popgym, matplotlib, tensorboard; from torchrl.modules import TransformerModule" 2>/dev/null; then
+  if ! "$VENV/bin/python" -c "import torchrl, tensordict, gymnasium, popgym, matplotlib, tensorboard, imageio, mujoco; from torchrl.modules import TransformerModule; import gymnasium.envs.mujoco" 2>/dev/null; then
     say "installing test packages: ${TEST_PACKAGES[*]}"
     pip_install "torch==$TORCH_VERSION" "${TEST_PACKAGES[@]}"
   else
