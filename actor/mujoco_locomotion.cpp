@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -65,6 +67,10 @@ bool ant_healthy(const mjModel& model, const mjData& data) {
   }
   return data.qpos[2] >= 0.2 && data.qpos[2] <= 1.0;  // inclusive, unlike the planar walkers
 }
+
+// MuJoCo's default handler also appends every warning to MUJOCO_LOG.TXT in the working
+// directory: an actor rank writes no files there.
+void print_mujoco_warning(const char* message) { std::fprintf(stderr, "MuJoCo warning: %s\n", message); }
 
 const LocomotionTask& task_named(const std::string& name) {
   static const std::map<std::string, LocomotionTask> tasks{
@@ -253,6 +259,8 @@ class LocomotionEnvironment : public Environment {
 
  private:
   void load_model(const std::string& path) {
+    static std::once_flag warnings_to_stderr;
+    std::call_once(warnings_to_stderr, [] { mju_user_warning = print_mujoco_warning; });
     char error[1000] = "";
     model_.reset(mj_loadXML(path.c_str(), nullptr, error, sizeof(error)));
     if (!model_) throw InvalidArgumentError(name_ + ": MuJoCo cannot load '" + path + "': " + error);

@@ -16,48 +16,8 @@ import torch
 from popgym.envs.position_only_cartpole import PositionOnlyCartPole
 from popgym.envs.repeat_previous import RepeatPrevious
 
-
-def kvrl_rollout(kvrl_bin, tmp_path, name, state, actions, options=None, states=None):
-    payload = {"name": name, "state": torch.as_tensor(np.asarray(state, dtype=np.float64)),
-               "actions": torch.as_tensor(np.asarray(actions, dtype=np.float32))}
-    if states is not None:
-        payload["states"] = torch.as_tensor(np.asarray(states, dtype=np.float64))
-    return env_rollout(kvrl_bin, tmp_path, payload, options)
-
-
-def env_rollout(kvrl_bin, tmp_path, payload, options=None):
-    """Runs `kvrl env-rollout` on `payload` (with `options` when given); returns its output."""
-    if options:
-        payload["options"] = options
-    torch.save(payload, tmp_path / "in.pt")
-    result = subprocess.run([kvrl_bin, "env-rollout", str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return torch.load(tmp_path / "out.pt", weights_only=True)
-
-
-def reference_rollout(env, actions):
-    observations, rewards, terminated, truncated = [], [], [], []
-    for action in actions:
-        obs, reward, term, trunc, _ = env.step(action)
-        observations.append(np.asarray(obs, dtype=np.float32).reshape(-1))
-        rewards.append(float(reward))
-        terminated.append(bool(term))
-        truncated.append(bool(trunc))
-        if term or trunc:
-            break
-    return np.stack(observations), np.array(rewards), np.array(terminated), np.array(truncated)
-
-
-def assert_same(ours, reference, initial_reference):
-    observations, rewards, terminated, truncated = reference
-    np.testing.assert_allclose(ours["initial_observation"].numpy(), initial_reference, rtol=0, atol=1e-6)
-    assert ours["observations"].shape[0] == len(rewards), "episode lengths differ"
-    np.testing.assert_allclose(ours["observations"].numpy(), observations, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(ours["rewards"].numpy(), rewards, rtol=0, atol=1e-6)
-    assert ours["terminated"].tolist() == terminated.tolist()
-    assert ours["truncated"].tolist() == truncated.tolist()
-
+from env_rollouts import (assert_same, assert_same_moments, kvrl_resets, kvrl_rollout, reference_resets,
+                          reference_rollout)
 
 
 CASES = {
@@ -150,25 +110,9 @@ def test_repeat_previous_matches_popgym(kvrl_bin, tmp_path, seed):
 # Initial-state distributions -------------------------------------------------------------
 
 RESETS = 4000
-# Fixed seeds make each sample deterministic. 5 standard errors (a false alarm ~6e-7 per
-# comparison) leaves kvrl's resets (at most 1.8 off) well clear of failing, while the
-# broken resets tried missed by 8 to 140 (docs/testing.md).
-SIGMAS = 5.0
 # Each end of the documented range must hold a draw within this fraction of its width:
 # a uniform sample of 4000 misses it with probability 0.995^4000 ~ 2e-9.
 EDGE_FRACTION = 0.005
-
-
-def kvrl_resets(kvrl_bin, tmp_path, name, n, seed, options=None):
-    output = env_rollout(kvrl_bin, tmp_path, {"name": name, "resets": n, "seed": seed}, options)
-    return output["observations"].numpy().astype(np.float64)
-
-
-def reference_resets(env, n, seed, encode=np.asarray):
-    """n initial observations: one seeded reset, then the reference's own RNG runs on."""
-    first, _ = env.reset(seed=seed)
-    rows = [first] + [env.reset()[0] for _ in range(n - 1)]
-    return np.stack([np.asarray(encode(obs), dtype=np.float32).reshape(-1) for obs in rows]).astype(np.float64)
 
 
 def angle(cos, sin):
@@ -210,16 +154,6 @@ RESET_CASES = {
 }
 
 
-def moments_with_errors(x):
-    """Per-column mean and std, and their standard errors (the std's from the fourth moment)."""
-    n = x.shape[0]
-    mean, std = x.mean(0), x.std(0, ddof=1)
-    fourth = ((x - mean) ** 4).mean(0)
-    variance_se = np.sqrt(np.maximum(fourth - std ** 4, 0.0) / n)
-    std_se = np.divide(variance_se, 2 * std, out=np.zeros_like(std), where=std > 0)
-    return mean, std, std / math.sqrt(n), std_se
-
-
 def assert_within_support(name, who, x, support):
     for column, (low, high) in enumerate(support):
         values = x[:, column]
@@ -243,16 +177,7 @@ def test_reset_distribution_matches_the_reference(kvrl_bin, tmp_path, name):
     # The reference's own sample checks the documented support written above.
     assert_within_support(name, "reference", theirs, support)
     assert_within_support(name, "kvrl", ours, support)
-    our_mean, our_std, our_mean_se, our_std_se = moments_with_errors(ours)
-    mean, std, mean_se, std_se = moments_with_errors(theirs)
-    # Independent samples: the difference's standard error adds in quadrature. A column
-    # that the reference never randomises (MountainCar's velocity) must not vary in kvrl.
-    mean_tolerance = SIGMAS * np.hypot(our_mean_se, mean_se) + 1e-12
-    std_tolerance = SIGMAS * np.hypot(our_std_se, std_se) + 1e-12
-    assert np.all(np.abs(our_mean - mean) <= mean_tolerance), (
-        f"{name} reset means: kvrl {our_mean}, reference {mean}, tolerance {mean_tolerance}")
-    assert np.all(np.abs(our_std - std) <= std_tolerance), (
-        f"{name} reset stds: kvrl {our_std}, reference {std}, tolerance {std_tolerance}")
+    assert_same_moments(name, ours, theirs)
 
 
 def test_reset_seed_gives_the_same_draws_and_another_seed_others(kvrl_bin, tmp_path):
@@ -362,7 +287,7 @@ def test_bad_environment_name_lists_the_built_ins(kvrl_bin, tmp_path):
     result = subprocess.run([kvrl_bin, "env-rollout", str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "unknown environment 'CartPole-v0' (built in: Acrobot-v1, CartPole-v1," in result.stderr
+    assert "unknown environment 'CartPole-v0' (built in: Acrobot-v1, Ant-v5, CartPole-v1," in result.stderr
 
 
 def test_an_action_outside_the_space_is_an_error(kvrl_bin, tmp_path):
