@@ -44,6 +44,9 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   options.discrete = shape.discrete;
   options.num_outputs = shape.num_outputs;
   options.temporal_context = config.temporal_context;
+  options.normalize_observations = config.normalize_observations;
+  options.observation_clip = config.observation_clip;
+  options.normalize_rewards = config.normalize_rewards;
   options.transformer.cuda_graphs = config.cuda_graphs;
   check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs},
                     env.observation_space(), env.action_space());

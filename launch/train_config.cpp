@@ -212,6 +212,18 @@ std::vector<Field> model_fields() {
           "model.temporal_context", [](auto& c) -> auto& { return c.temporal_context; },
           "false: every step sees only its own observation (the memoryless baseline)"),
       bool_field(
+          "model.normalize_observations", [](auto& c) -> auto& { return c.normalize_observations; },
+          "observations enter the policy as (x - mean) / std, clipped to +-observation_clip, with running "
+          "statistics the learners update after every update; part of the policy (weights, checkpoints, "
+          "export)"),
+      float_field(
+          "model.observation_clip", [](auto& c) -> auto& { return c.observation_clip; }, 1e-3, 1e6,
+          "normalize_observations: the bound on a normalised observation"),
+      bool_field(
+          "model.normalize_rewards", [](auto& c) -> auto& { return c.normalize_rewards; },
+          "the losses see rewards divided by the running std of the discounted return (Gymnasium's "
+          "NormalizeReward), times learner.reward_scale; the statistics are part of the policy"),
+      bool_field(
           "model.cuda_graphs", [](auto& c) -> auto& { return c.cuda_graphs; },
           "on CUDA, capture the actors' cached step in a CUDA graph per batch size (a failed capture is "
           "logged and "

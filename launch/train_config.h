@@ -43,6 +43,9 @@ struct TrainConfig {
   int64_t attention_window = 0;       // sliding: W, the steps a step attends to; 0 = max_seq_len
   int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
   bool temporal_context = true;       // false: each step sees only its own observation
+  bool normalize_observations = false;  // running mean/std of observations, part of the policy
+  double observation_clip = 10;         // normalised observations are clipped to +-this
+  bool normalize_rewards = false;       // rewards scaled by 1 / std of the discounted return
   bool cuda_graphs = true;            // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/support/errors.h"
+#include "learner/normalizer_statistics.h"
 #include "learner/policy_losses.h"
 #include "learner/window_batch.h"
 
@@ -37,7 +38,15 @@ void validate(const LearnerOptions& o) {
   if (o.allreduce_bucket_bytes < 1) fail("allreduce_bucket_bytes must be >= 1");
 }
 
-std::vector<at::Tensor> parameter_list(ActorCritic& model) { return model.parameters(); }
+// The parameters gradients train: not the normalisers' statistics, which are parameters
+// only so that they travel with the weights.
+std::vector<at::Tensor> trainable_parameters(ActorCritic& model) {
+  std::vector<at::Tensor> trainable;
+  for (const at::Tensor& parameter : model.parameters()) {
+    if (parameter.requires_grad()) trainable.push_back(parameter);
+  }
+  return trainable;
+}
 
 // The rows of minibatch `minibatch` of `minibatches` from a permutation of the rows. Every
 // learner takes the same number of optimizer steps (the gradient all-reduce is a
@@ -55,10 +64,10 @@ Learner::Learner(std::shared_ptr<ActorCritic> model, LearnerOptions options,
     : model_(std::move(model)),
       options_(std::move(options)),
       communicator_(std::move(communicator)),
-      optimizer_(parameter_list(*model_), torch::optim::AdamOptions(options_.learning_rate).eps(1e-5)) {
+      optimizer_(trainable_parameters(*model_), torch::optim::AdamOptions(options_.learning_rate).eps(1e-5)) {
   validate(options_);
   if (options_.overlap_allreduce && communicator_->size() > 1) {
-    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), communicator_,
+    reducer_ = std::make_unique<GradientReducer>(trainable_parameters(*model_), communicator_,
                                                  options_.allreduce_bucket_bytes);
   }
 }
@@ -82,7 +91,7 @@ double Learner::step_optimizer(const at::Tensor& loss) {
   } else {
     loss.backward();
     std::vector<at::Tensor> grads;
-    for (auto& parameter : model_->parameters()) {
+    for (auto& parameter : trainable_parameters(*model_)) {
       if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
       grads.push_back(parameter.grad());
     }
@@ -94,7 +103,7 @@ double Learner::step_optimizer(const at::Tensor& loss) {
   const bool all_losses_finite = communicator_->all_reduce_sum(loss_finite ? 0.0 : 1.0) == 0.0;
   const double max_norm =
       options_.max_grad_norm > 0 ? options_.max_grad_norm : std::numeric_limits<double>::infinity();
-  const double norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+  const double norm = torch::nn::utils::clip_grad_norm_(trainable_parameters(*model_), max_norm);
   if (!all_losses_finite || !std::isfinite(norm)) {
     optimizer_.zero_grad();
     skipped_this_update_ = true;
@@ -126,8 +135,19 @@ void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_lo
 
 UpdateStats Learner::update(const std::vector<Episode>& episodes, int64_t policy_version) {
   skipped_this_update_ = false;
+  const ActorCriticOptions& policy = model_->options();
+  // As Gymnasium's NormalizeReward: the batch's returns count before its rewards are scaled.
+  if (policy.normalize_rewards) {
+    model_->return_moments().merge(all_learner_moments(discounted_returns(episodes, options_.gamma), *communicator_));
+  }
   UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes, policy_version)
                                                   : update_vtrace(episodes, policy_version);
+  // After the update, so that the batch was trained on with the normaliser it was acted
+  // with; the next version's weights carry the new statistics.
+  if (policy.normalize_observations) {
+    model_->observation_moments().merge(all_learner_moments(
+        step_observations(episodes, *policy.transformer.input_size), *communicator_));
+  }
   stats.skipped = skipped_this_update_;
   inject_nonfinite_loss_ = false;
   ++updates_;
@@ -166,12 +186,14 @@ struct PpoTargets {
   at::Tensor behaviour_weights;  // decoupled PPO only
 };
 
-ReturnOptions return_options(const LearnerOptions& options) {
-  return ReturnOptions{options.gamma, options.gae_lambda, options.reward_scale, options.rho_bar,
-                       options.c_bar};
-}
 
 }  // namespace
+
+ReturnOptions Learner::return_options() const {
+  double reward_scale = options_.reward_scale;
+  if (model_->options().normalize_rewards) reward_scale *= model_->return_moments().inverse_std();
+  return ReturnOptions{options_.gamma, options_.gae_lambda, reward_scale, options_.rho_bar, options_.c_bar};
+}
 
 WindowBatch Learner::pack(const std::vector<Episode>& episodes) const {
   const int64_t limit = options_.max_window_tokens > 0 ? options_.max_window_tokens
@@ -214,7 +236,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t po
     } else {
       targets.anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
     }
-    const at::Tensor advantages = episode_advantages(batch, targets.old_values, return_options(options_));
+    const at::Tensor advantages = episode_advantages(batch, targets.old_values, return_options());
     targets.returns = advantages + targets.old_values;
     targets.advantages = normalized_advantages(advantages, batch.step_mask);
   }
@@ -260,7 +282,7 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes, int64_t
       record_agreement(acting_agreement(batch, rows_of, log_probs, window.values, policy_version), stats);
     }
     const VTraceRowTargets targets =
-        vtrace_row_targets(batch, rows_of, window.values, log_probs, slots_of_row, return_options(options_));
+        vtrace_row_targets(batch, rows_of, window.values, log_probs, slots_of_row, return_options());
     const at::Tensor vs = targets.vs.to(mask.device());
     const at::Tensor pg_advantages = targets.pg_advantages.to(mask.device());
     {

@@ -16,6 +16,7 @@
 #include "common/model/actor_critic.h"
 #include "common/wire/episode.h"
 #include "learner/gradient_reducer.h"
+#include "learner/policy_losses.h"
 
 namespace kvrl {
 
@@ -110,6 +111,8 @@ class Learner {
   UpdateStats update_vtrace(const std::vector<Episode>& episodes, int64_t policy_version);
   // The batch's windows, on the learner's device.
   WindowBatch pack(const std::vector<Episode>& episodes) const;
+  // Gamma, lambda and the reward scale (with the return normaliser's, when normalised).
+  ReturnOptions return_options() const;
 
   // One minibatch's loss terms, as the algorithm computes them from its rows and the
   // model's window over them (which carries the gradient).

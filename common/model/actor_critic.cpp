@@ -3,7 +3,10 @@
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/normal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <cmath>
@@ -34,6 +37,27 @@ ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) 
   if (!options.discrete) {
     log_std_ = register_parameter("log_std", at::full({options.num_outputs}, options.initial_log_std));
   }
+  if (options.normalize_observations) {
+    if (!(options.observation_clip > 0)) {
+      throw InvalidArgumentError("ActorCritic: observation_clip (" + std::to_string(options.observation_clip) +
+                                 ") must be > 0");
+    }
+    observation_moments_ = register_moments("observation", *options.transformer.input_size);
+  }
+  if (options.normalize_rewards) return_moments_ = register_moments("return", 1);
+}
+
+RunningMoments ActorCritic::register_moments(const std::string& name, int64_t features) {
+  // Parameters without gradients: the optimizer and the gradient all-reduce pass them by,
+  // the weight messages, checkpoints and exports carry them.
+  return {register_parameter(name + "_mean", at::zeros({features}), /*requires_grad=*/false),
+          register_parameter(name + "_var", at::ones({features}), /*requires_grad=*/false),
+          register_parameter(name + "_count", at::full({1}, kInitialMomentCount), /*requires_grad=*/false)};
+}
+
+at::Tensor ActorCritic::trunk_input(const at::Tensor& observations) const {
+  if (!options_.normalize_observations) return observations;
+  return observation_moments_.normalize(observations, options_.observation_clip);
 }
 
 void ActorCritic::set_autocast(std::optional<c10::ScalarType> dtype) {
@@ -67,7 +91,7 @@ PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is
                             at::Generator generator, bool greedy) {
   torch::NoGradGuard no_grad;
   const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
-  const at::Tensor features = trunk_->step(observations, context_flags(is_init));
+  const at::Tensor features = trunk_->step(trunk_input(observations), context_flags(is_init));
   const at::Tensor policy = policy_head_->forward(features).to(at::kFloat);
   PolicyStep step;
   step.values = value_head_->forward(features).squeeze(-1).to(at::kFloat);
@@ -92,12 +116,12 @@ void ActorCritic::mark_weight_update_keeping_context(const at::Tensor& observati
   if (!options_.temporal_context) return;
   // The steps that follow run under the same autocast, so the rebuilt cache has their dtype.
   const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
-  trunk_->prefill(observations, lengths);
+  trunk_->prefill(trunk_input(observations), lengths);
 }
 
 PolicyWindow ActorCritic::evaluate(const at::Tensor& observations, const at::Tensor& is_init) {
   const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
-  const at::Tensor features = trunk_->window(observations, context_flags(is_init));
+  const at::Tensor features = trunk_->window(trunk_input(observations), context_flags(is_init));
   return {policy_head_->forward(features).to(at::kFloat),
           value_head_->forward(features).squeeze(-1).to(at::kFloat)};
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/model/running_moments.h"
 #include "common/model/transformer_module.h"
 
 namespace kvrl {
@@ -23,6 +24,13 @@ struct ActorCriticOptions {
   int64_t num_outputs = 0;               // actions (discrete) or action dimensions (Gaussian)
   bool temporal_context = true;          // false: each step sees only its own observation
   double initial_log_std = -0.5;         // Gaussian only
+  // Observations enter the trunk as (x - mean) / sqrt(var + 1e-8), clipped to
+  // +-observation_clip, with running statistics the learners update after each update.
+  bool normalize_observations = false;
+  double observation_clip = 10.0;
+  // The learners scale rewards by 1 / std of the discounted return (Gymnasium's
+  // NormalizeReward); the statistics are the policy's, as the value head learns in that scale.
+  bool normalize_rewards = false;
 };
 
 struct PolicyStep {
@@ -69,12 +77,18 @@ class ActorCritic : public torch::nn::Module {
   // would need loss scaling in training); throws InvalidArgumentError otherwise.
   void set_autocast(std::optional<c10::ScalarType> dtype);
   std::optional<c10::ScalarType> autocast() const { return autocast_; }
+  // The observation and return statistics, when normalised (undefined tensors otherwise).
+  RunningMoments& observation_moments() { return observation_moments_; }
+  RunningMoments& return_moments() { return return_moments_; }
   TransformerModule& trunk() { return *trunk_; }
   const ActorCriticOptions& options() const { return options_; }
   int64_t action_size() const { return options_.discrete ? 1 : options_.num_outputs; }
 
  private:
   at::Tensor context_flags(const at::Tensor& is_init) const;
+  // What the trunk sees of `observations`: normalised when the policy normalises.
+  at::Tensor trunk_input(const at::Tensor& observations) const;
+  RunningMoments register_moments(const std::string& name, int64_t features);
   at::Tensor log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const;
 
   ActorCriticOptions options_;
@@ -82,6 +96,7 @@ class ActorCritic : public torch::nn::Module {
   torch::nn::Linear policy_head_{nullptr};
   torch::nn::Linear value_head_{nullptr};
   at::Tensor log_std_;  // [num_outputs], Gaussian only
+  RunningMoments observation_moments_, return_moments_;
   std::optional<c10::ScalarType> autocast_;
 };
 

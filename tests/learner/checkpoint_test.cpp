@@ -109,6 +109,28 @@ TEST_F(CheckpointTest, RestoresParametersOptimizerStateCountersAndRng) {
   EXPECT_TRUE(same(snapshot(*fresh), snapshot(*trained)));
 }
 
+TEST_F(CheckpointTest, RestoresTheNormalizersStatistics) {
+  auto make_normalized = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    ActorCriticOptions model = two_action_model(8, 16);
+    model.normalize_observations = model.normalize_rewards = true;
+    return std::make_unique<Learner>(std::make_shared<ActorCritic>(model), LearnerOptions{},
+                                     std::make_shared<LocalCommunicator>());
+  };
+  auto trained = make_normalized(1);
+  trained->update(batch());
+  trained->update(batch());
+  const std::string path = (dir_ / "normalized.pt").string();
+  write_checkpoint(path, *trained, progress_at(2), "model.normalize_observations: true\n");
+  auto fresh = make_normalized(2);
+  read_checkpoint(path, *fresh);
+  for (const char* name : {"observation_mean", "observation_var", "observation_count", "return_var", "return_count"}) {
+    const at::Tensor saved = trained->model().named_parameters()[name];
+    EXPECT_TRUE(torch::equal(fresh->model().named_parameters()[name], saved)) << name;
+  }
+  EXPECT_NEAR(fresh->model().observation_moments().count.item<double>(), 24, 1e-3) << "two batches of 12 steps";
+}
+
 // A learner-only replay: updates 1..7 on batches that differ per update, under a linear
 // learning-rate schedule, without reseeding anywhere. A run checkpointed after update 3
 // and resumed in a fresh learner (other initial weights, the RNG disturbed) must reach

@@ -9,6 +9,7 @@
 
 #include "common/comm/mpi_communicator.h"
 #include "learner/gradient_reducer.h"
+#include "learner/normalizer_statistics.h"
 #include "tests/mpi_once.h"
 
 namespace kvrl {
@@ -138,6 +139,29 @@ TEST(GradientReducerOverMpi, BuffersOfAnyLengthComeBackWholeAndIdentical_MPI) {
   communicator.start_all_reduce_mean(mine)->wait();
   EXPECT_TRUE(identical_on_every_rank(mine));
   EXPECT_TRUE(torch::allclose(mine, all.mean(0), 1e-6, 1e-6));
+}
+
+// The normalisers' statistics over every learner's rows, one of which may have none, are
+// those of all the rows together, and the same on every learner.
+TEST(NormalizerStatisticsOverMpi, EqualTheMomentsOfEveryLearnersRowsTogether_MPI) {
+  initialize_mpi_once();
+  MpiCommunicator communicator(MPI_COMM_WORLD);
+  const int size = communicator.size();
+  auto rows_of = [](int rank) {
+    torch::manual_seed(300 + rank);
+    const int64_t count = rank == 1 ? 0 : 50 + 13 * rank;
+    return (torch::randn({count, 5}) * (1 + rank) + 100 * rank).to(torch::kDouble);
+  };
+  std::vector<at::Tensor> everyone;
+  for (int rank = 0; rank < size; ++rank) everyone.push_back(rows_of(rank));
+  const at::Tensor all = torch::cat(everyone);
+  const BatchMoments moments = all_learner_moments(rows_of(world_rank()).to(torch::kFloat), communicator);
+  EXPECT_DOUBLE_EQ(moments.count, static_cast<double>(all.size(0)));
+  EXPECT_TRUE(torch::allclose(moments.mean, all.mean(0), 1e-6, 1e-4)) << moments.mean - all.mean(0);
+  EXPECT_TRUE(torch::allclose(moments.var, all.var(0, /*unbiased=*/false), 1e-5, 1e-4))
+      << moments.var - all.var(0, false);
+  EXPECT_TRUE(identical_on_every_rank(moments.mean.to(torch::kFloat)));
+  EXPECT_TRUE(identical_on_every_rank(moments.var.to(torch::kFloat)));
 }
 
 }  // namespace
