@@ -22,6 +22,7 @@ struct EvalArguments {
   std::string episodes = "10";
   std::string seed = "0";
   bool greedy = false;
+  std::string trace_path;  // non-empty: write every step played here (torch.load)
 };
 
 // `kvrl transformer-demo [--envs N] [--steps T] [--seed S]`

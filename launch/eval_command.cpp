@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/tensor.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/utils.h>
 
@@ -37,11 +38,25 @@ SavedPolicy load_policy(const std::string& checkpoint) {
   return saved;
 }
 
-// Plays one episode in each of `env`'s environments with the policy; returns and lengths.
+// Plays one episode in each of `env`'s environments with the policy; returns and lengths,
+// and every step of each episode as the policy saw and took it.
 struct PlayedEpisodes {
   std::vector<double> returns;
   std::vector<int64_t> lengths;
+  std::vector<std::vector<float>> observations, actions;  // per episode, [T * size]
+  std::vector<std::vector<uint8_t>> context_starts;       // per episode, [T]
+  std::vector<std::vector<double>> rewards;               // per episode, [T]
 };
+
+void record_step(PlayedEpisodes& played, int64_t i, const VectorEnv& env, const float* observation,
+                 const float* action, bool context_start) {
+  played.observations[i].insert(played.observations[i].end(), observation, observation + env.observation_size());
+  played.actions[i].insert(played.actions[i].end(), action, action + env.action_size());
+  played.context_starts[i].push_back(context_start ? 1 : 0);
+  played.rewards[i].push_back(env.rewards()[i]);
+  played.returns[i] += env.rewards()[i];
+  ++played.lengths[i];
+}
 
 // `segment_steps`: a context restarts after this many steps, as the actors' did (0: never).
 PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool greedy, int64_t segment_steps) {
@@ -49,7 +64,9 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
   at::Generator generator = at::detail::createCPUGenerator(seed);
   torch::NoGradGuard no_grad;
   env.reset();
-  PlayedEpisodes played{std::vector<double>(episodes, 0.0), std::vector<int64_t>(episodes, 0)};
+  PlayedEpisodes played{std::vector<double>(episodes, 0.0), std::vector<int64_t>(episodes, 0),
+                        std::vector<std::vector<float>>(episodes), std::vector<std::vector<float>>(episodes),
+                        std::vector<std::vector<uint8_t>>(episodes), std::vector<std::vector<double>>(episodes)};
   std::vector<bool> done(episodes, false);
   int64_t remaining = episodes;
   std::vector<float> actions(episodes * env.action_size());
@@ -65,11 +82,12 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
     const at::Tensor is_init = at::from_blob(init.data(), {episodes}, at::kBool);
     const PolicyStep step = policy.act(observations, is_init, generator, greedy);
     std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
+    const std::vector<float> seen = env.observations();
     env.step(actions);
     for (int64_t i = 0; i < episodes; ++i) {
       if (done[i]) continue;
-      played.returns[i] += env.rewards()[i];
-      ++played.lengths[i];
+      record_step(played, i, env, seen.data() + i * env.observation_size(), actions.data() + i * env.action_size(),
+                  init[i] != 0);
       if (env.terminated()[i] || env.truncated()[i]) {
         done[i] = true;
         --remaining;
@@ -77,6 +95,28 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
     }
   }
   return played;
+}
+
+// {"episodes": [{observations [T, O], actions [T, A], rewards [T] float64, context_starts [T] bool}]}
+void write_trace(const std::string& path, const PlayedEpisodes& played, int64_t observation_size,
+                 int64_t action_size) {
+  c10::impl::GenericList episodes(c10::AnyType::get());
+  for (size_t i = 0; i < played.lengths.size(); ++i) {
+    const int64_t steps = played.lengths[i];
+    c10::impl::GenericDict episode(c10::StringType::get(), c10::AnyType::get());
+    auto floats = [](const std::vector<float>& values, int64_t rows, int64_t columns) {
+      return at::from_blob(const_cast<float*>(values.data()), {rows, columns}, at::kFloat).clone();
+    };
+    episode.insert("observations", floats(played.observations[i], steps, observation_size));
+    episode.insert("actions", floats(played.actions[i], steps, action_size));
+    episode.insert("rewards", at::tensor(played.rewards[i], at::kDouble));
+    std::vector<uint8_t> starts = played.context_starts[i];
+    episode.insert("context_starts", at::from_blob(starts.data(), {steps}, at::kBool).clone());
+    episodes.push_back(episode);
+  }
+  c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
+  root.insert("episodes", episodes);
+  write_torch_file(path, root);
 }
 
 }  // namespace
@@ -109,6 +149,9 @@ int run_eval(const EvalArguments& arguments) {
   VectorEnv env(std::move(envs), static_cast<uint64_t>(seed));
   const PlayedEpisodes played =
       play(*saved.model, env, static_cast<uint64_t>(seed), greedy, context_plan(saved.config).segment_steps);
+  if (!arguments.trace_path.empty()) {
+    write_trace(arguments.trace_path, played, env.observation_size(), env.action_size());
+  }
   const std::vector<double>& returns = played.returns;
   const std::vector<int64_t>& lengths = played.lengths;
   double mean = 0, variance = 0;
@@ -155,6 +198,16 @@ void run_export(const std::string& checkpoint, const std::string& out_path) {
     root.insert(head, weights);
   }
   if (!options.discrete) root.insert("log_std", saved.model->named_parameters(/*recurse=*/false)["log_std"]);
+  if (options.normalize_observations) {
+    // The policy sees clamp((x - mean) / sqrt(var + epsilon), -clip, clip).
+    const RunningMoments& moments = saved.model->observation_moments();
+    Dict normalization = dict();
+    normalization.insert("mean", moments.mean.detach().clone());
+    normalization.insert("var", moments.var.detach().clone());
+    normalization.insert("epsilon", kMomentsEpsilon);
+    normalization.insert("clip", options.observation_clip);
+    root.insert("observation_norm", normalization);
+  }
   Dict policy = dict();
   policy.insert("discrete", options.discrete);
   policy.insert("num_outputs", options.num_outputs);

@@ -1,7 +1,9 @@
-// `kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]`: plays a saved
-// policy for N episodes (one per environment, all stepped together on the cached path)
-// and prints the mean and standard deviation of the return and every episode's length.
-// Actions are sampled as in training unless --greedy takes each distribution's mode.
+// `kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy] [--trace OUT.pt]`:
+// plays a saved policy for N episodes (one per environment, all stepped together on the
+// cached path) and prints the mean and standard deviation of the return and every
+// episode's length. Actions are sampled as in training unless --greedy takes each
+// distribution's mode. --trace writes every step: {"episodes": [{observations, actions,
+// rewards, context_starts}]}, the raw observations the policy was given.
 //
 // `kvrl export CHECKPOINT OUT.pt`: writes the policy for use outside kvrl, loadable with
 // torch.load(OUT.pt, weights_only=True): a dict with
@@ -10,6 +12,8 @@
 //   config       the TransformerModule's constructor arguments
 //   policy_head, value_head  {weight, bias} of the linear heads (and log_std for Gaussian)
 //   policy       {discrete, num_outputs, temporal_context, env}
+//   observation_norm  {mean, var, epsilon, clip}, when the policy normalises observations:
+//                it sees clamp((x - mean) / sqrt(var + epsilon), -clip, clip)
 #pragma once
 
 #include <string>

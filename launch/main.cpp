@@ -54,6 +54,10 @@ void add_eval(CLI::App& app, kvrl::EvalArguments& eval, Command& command) {
       ->type_name("N");
   sub->add_option("--seed", eval.seed, "seeds the environments and sampling (default 0)")->type_name("S");
   sub->add_flag("--greedy", eval.greedy, "take the most likely action instead of sampling");
+  sub->add_option("--trace", eval.trace_path,
+                  "write each episode's observations, actions, rewards and context starts to this file "
+                  "(torch.load)")
+      ->type_name("OUT.pt");
   sub->callback([&] { command = [&] { return kvrl::run_eval(eval); }; });
 }
 
