@@ -135,7 +135,28 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const Env
   return make_environment(request);
 }
 
+// What only the native environments take: refused for a gym: id, naming its own way.
+void check_gym_request(const EnvironmentRequest& request) {
+  if (!request.options.empty()) {
+    throw InvalidArgumentError("env.options." + request.options.begin()->first + ": " + request.name +
+                               " takes gymnasium.make's keyword arguments as env.kwargs.<name> (max_episode_steps "
+                               "among them), not env.options");
+  }
+  if (request.locomotion.observe != ObservedPart::kAll) {
+    throw InvalidArgumentError("env.observe: " + request.name + " observes all of its observation");
+  }
+}
+
 std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request) {
+  if (request.plugin.empty() && is_gym_environment(request.name)) {
+    check_gym_request(request);
+    return make_gym_environment(request.name, request.gym_kwargs);
+  }
+  if (!request.gym_kwargs.empty()) {
+    throw InvalidArgumentError("env.kwargs." + request.gym_kwargs.begin()->first + ": keyword arguments apply to "
+                               "gym:<id> environments only, not to " +
+                               (request.plugin.empty() ? request.name : request.plugin));
+  }
   if (!request.plugin.empty() || !is_mujoco_environment(request.name)) {
     if (request.locomotion.observe != ObservedPart::kAll) {
       throw InvalidArgumentError("env.observe: " + (request.plugin.empty() ? request.name : request.plugin) +
@@ -157,6 +178,16 @@ std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request)
                                join(builtin_environment_names()) + "; or load your own with env.plugin)");
   }
   return with_step_limit(it->second.make(resolve_options(request.name, it->second.defaults, options)), step_limit);
+}
+
+std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, int64_t num_envs, uint64_t seed) {
+  if (request.plugin.empty() && is_gym_environment(request.name)) {
+    check_gym_request(request);
+    return make_gym_vector_env(request.name, request.gym_kwargs, num_envs, seed);
+  }
+  std::vector<std::unique_ptr<Environment>> envs;
+  for (int64_t i = 0; i < num_envs; ++i) envs.push_back(make_environment(request));
+  return std::make_unique<NativeVectorEnv>(std::move(envs), seed);
 }
 
 std::unique_ptr<Environment> make_plugin_environment(const std::string& path, const EnvOptions& given) {

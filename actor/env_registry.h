@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "actor/environment.h"
+#include "actor/gym_bridge.h"
 #include "actor/mujoco_locomotion.h"
+#include "actor/vector_env.h"
 
 namespace kvrl {
 
@@ -18,11 +20,16 @@ struct EnvironmentRequest {
   std::string plugin;  // or a plugin shared library's path; replaces name
   EnvOptions options;  // the environment's own options, and max_episode_steps
   LocomotionSettings locomotion;  // MuJoCo environments: the observed part, the model folder
+  GymKwargs gym_kwargs;           // gym:<id>: keyword arguments for gymnasium.make
 };
 
 // Makes the environment a request names. Throws InvalidArgumentError as the functions
 // below do, and for an observed part that the environment does not have.
 std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request);
+
+// `num_envs` of them stepped together: Gymnasium's vector environment for gym:<id>, a
+// NativeVectorEnv otherwise.
+std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, int64_t num_envs, uint64_t seed);
 
 // The built-in names, sorted (the MuJoCo ones included, with or without MuJoCo).
 std::vector<std::string> builtin_environment_names();

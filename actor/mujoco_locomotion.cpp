@@ -241,7 +241,9 @@ class LocomotionEnvironment : public Environment {
     const double x_before = x_position();
     for (int i = 0; i < model_->nu; ++i) data_->ctrl[i] = action[i];
     for (int64_t k = 0; k < frame_skip_; ++k) mj_step(model_.get(), data_.get());
-    mj_rnePostConstraint(model_.get(), data_.get());
+    // Gymnasium also calls it after every step; it computes the bodies' external forces,
+    // which only Ant observes and pays for, and nothing the next step reads.
+    if (task_.contact_forces) mj_rnePostConstraint(model_.get(), data_.get());
     const double x_velocity = (x_position() - x_before) / (model_->opt.timestep * static_cast<double>(frame_skip_));
     observe(observation);
 

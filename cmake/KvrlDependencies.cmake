@@ -51,7 +51,17 @@ find_package(spdlog REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 2.0 REQUIRED)
-find_package(Python3 COMPONENTS Interpreter)
+# The venv's Python (scripts/setup.sh): it runs the tools, and its library embeds in the
+# optional Gymnasium bridge (actor/gym/), with pybind11.
+if(NOT DEFINED Python3_EXECUTABLE AND EXISTS "${KVRL_CACHE}/venv/bin/python")
+  set(Python3_EXECUTABLE "${KVRL_CACHE}/venv/bin/python")
+endif()
+find_package(Python3 COMPONENTS Interpreter OPTIONAL_COMPONENTS Development.Embed)
+find_package(pybind11 2.10 CONFIG QUIET)
+set(KVRL_HAVE_GYM_BRIDGE OFF)
+if(Python3_Development.Embed_FOUND AND pybind11_FOUND)
+  set(KVRL_HAVE_GYM_BRIDGE ON)
+endif()
 
 # Optional: the MuJoCo C library (native locomotion environments) and the folder of
 # Gymnasium's model XML files, both found by scripts/setup.sh in its venv. Without them

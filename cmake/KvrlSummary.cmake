@@ -11,6 +11,7 @@ message(STATUS "  CUDA toolkit      : ${CUDAToolkit_VERSION} (found: ${CUDAToolk
 message(STATUS "  NCCL              : ${NCCL_VERSION} (found: ${NCCL_FOUND})")
 message(STATUS "  CUDA/NCCL paths   : ${KVRL_HAVE_CUDA} (KVRL_WITH_CUDA=${KVRL_WITH_CUDA})")
 message(STATUS "  MuJoCo            : ${MuJoCo_VERSION} (found: ${MuJoCo_FOUND}; models: ${KVRL_MUJOCO_MODEL_DIR})")
+message(STATUS "  Gymnasium bridge  : ${KVRL_HAVE_GYM_BRIDGE} (Python ${Python3_VERSION} ${Python3_EXECUTABLE}, pybind11 ${pybind11_VERSION})")
 message(STATUS "  tests             : ${KVRL_BUILD_TESTS} (GTest ${GTest_VERSION})")
 message(STATUS "  benchmarks        : ${KVRL_BUILD_BENCH}")
 message(STATUS "  sanitizers        : ${KVRL_SANITIZE}")

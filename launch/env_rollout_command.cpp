@@ -184,7 +184,7 @@ c10::impl::GenericDict draw_resets(const c10::impl::GenericDict& input) {
   std::vector<std::unique_ptr<Environment>> envs;
   envs.reserve(static_cast<size_t>(resets.toInt()));
   for (int64_t i = 0; i < resets.toInt(); ++i) envs.push_back(environment_from(input));
-  VectorEnv vector_env(std::move(envs), static_cast<uint64_t>(seed_from(input)));
+  NativeVectorEnv vector_env(std::move(envs), static_cast<uint64_t>(seed_from(input)));
   vector_env.reset();
   c10::impl::GenericDict output(c10::StringType::get(), c10::AnyType::get());
   output.insert(

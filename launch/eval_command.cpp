@@ -133,9 +133,8 @@ int run_eval(const EvalArguments& arguments) {
     env_config.env_name = env_name;
     env_config.env_plugin.clear();
   }
-  std::vector<std::unique_ptr<Environment>> envs;
-  for (int64_t i = 0; i < episodes; ++i) envs.push_back(make_configured_env(env_config));
-  const Environment& prototype = *envs.front();
+  const std::unique_ptr<Environment> checked = make_configured_env(env_config);
+  const Environment& prototype = *checked;
   const ActorCriticOptions& policy = saved.model->options();
   check_policy_fits({*policy.transformer.input_size, policy.discrete, policy.num_outputs},
                     prototype.observation_space(), prototype.action_space());
@@ -146,7 +145,8 @@ int run_eval(const EvalArguments& arguments) {
                                "(env.options.max_episode_steps in the run's config)");
   }
   const std::string name = prototype.name();
-  VectorEnv env(std::move(envs), static_cast<uint64_t>(seed));
+  const std::unique_ptr<VectorEnv> vector = make_configured_vector_env(env_config, episodes, static_cast<uint64_t>(seed));
+  VectorEnv& env = *vector;
   const PlayedEpisodes played =
       play(*saved.model, env, static_cast<uint64_t>(seed), greedy, context_plan(saved.config).segment_steps);
   if (!arguments.trace_path.empty()) {

@@ -19,14 +19,23 @@ ContextPlan context_plan(const TrainConfig& config) {
   return plan;
 }
 
-std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
+EnvironmentRequest environment_request(const TrainConfig& config) {
   const ObservedPart observe = config.env_observe == "positions"    ? ObservedPart::kPositions
                                : config.env_observe == "velocities" ? ObservedPart::kVelocities
                                                                     : ObservedPart::kAll;
-  return make_environment(EnvironmentRequest{.name = config.env_name,
-                                             .plugin = config.env_plugin,
-                                             .options = config.env_options,
-                                             .locomotion = {.observe = observe, .model_dir = config.mujoco_model_dir}});
+  return EnvironmentRequest{.name = config.env_name,
+                            .plugin = config.env_plugin,
+                            .options = config.env_options,
+                            .locomotion = {.observe = observe, .model_dir = config.mujoco_model_dir},
+                            .gym_kwargs = config.env_kwargs};
+}
+
+std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
+  return make_environment(environment_request(config));
+}
+
+std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config, int64_t num_envs, uint64_t seed) {
+  return make_vector_env(environment_request(config), num_envs, seed);
 }
 
 ActorCriticOptions model_options(const TrainConfig& config, const Environment& env) {

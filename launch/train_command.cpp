@@ -235,11 +235,14 @@ class MpiSession {
 };
 
 // A rank that fails mid-run says why and takes the job down instead of leaving peers waiting.
-[[noreturn]] void abort_job(int rank, const std::string& role, const char* what) {
-  std::fprintf(stderr, "kvrl train: rank %d (%s) failed: %s\n", rank, role.c_str(), what);
+[[noreturn]] void abort_job(int rank, const std::string& role, const std::exception& error) {
+  const bool environment = dynamic_cast<const EnvironmentError*>(&error) != nullptr;
+  const int code = environment ? kTrainEnvironmentFailed : kTrainFailed;
+  std::fprintf(stderr, "kvrl train: rank %d (%s) failed%s: %s\n", rank, role.c_str(),
+               environment ? " in its environment" : "", error.what());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, kTrainFailed);
-  std::_Exit(kTrainFailed);  // MPI_Abort does not return; should it, the job still ends
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; should it, the job still ends
 }
 
 // How far a rank got, for what its failure means: before `working`, every rank refuses the
@@ -385,7 +388,8 @@ int run_rank(Setup& setup, const RankPlan& plan, RankState& state) {
   } catch (const std::exception& error) {
     // Abort before the locals unwind: the transport's destructor waits for its sends, which
     // would leave this rank silent, its error unsaid, and its peers blaming a lost peer.
-    abort_job(plan.rank, state.role, error.what());
+    logger->error(cat("failed: ", error.what()));  // the rank's log keeps it (a Python traceback too)
+    abort_job(plan.rank, state.role, error);
   }
   heartbeats.reset();
   resources.weight_broadcast.reset();
@@ -455,7 +459,7 @@ int run_train(const TrainArguments& command_line) {
       if (mpi.rank() == 0) std::fprintf(stderr, "kvrl train: error: %s\n", error.what());
       return kTrainBadInput;
     }
-    abort_job(mpi.rank(), state.role, error.what());
+    abort_job(mpi.rank(), state.role, error);
   }
 }
 

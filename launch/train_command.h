@@ -19,6 +19,9 @@ inline constexpr int kTrainBadInput = 2;   // config or command line rejected be
 inline constexpr int kTrainNonFinite = 3;  // stopped after too many NaN/Inf updates; checkpoint saved
 // A peer rank went silent for run.peer_timeout_s (kvrl's heartbeats); the last checkpoint stands.
 inline constexpr int kTrainPeerLost = 4;
+// An environment's own code failed (a Python exception in a gym: environment); the rank
+// logged the traceback. The last checkpoint stands.
+inline constexpr int kTrainEnvironmentFailed = 5;
 inline constexpr int kTrainInterrupted = 75;  // stopped by a signal; checkpoint saved (EX_TEMPFAIL)
 
 // Returns the process exit code. Must run under mpirun/mpiexec with at least

@@ -162,7 +162,8 @@ std::vector<Field> run_fields() {
               "learner ranks (the lowest ranks); the other ranks act"),
           string_field(
               "env.name", [](auto& c) -> auto& { return c.env_name; }, {},
-              "a built-in environment (see docs/environments.md)"),
+              "a built-in environment (see docs/environments.md), or gym:<id> for any Gymnasium environment "
+              "(keyword arguments for gymnasium.make as env.kwargs.<name>: value)"),
           string_field(
               "env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {},
               "path of an environment plugin; replaces env.name"),
@@ -426,6 +427,11 @@ void apply(TrainConfig& config, const std::string& key, const std::string& text)
     config.env_options[key.substr(kEnvOptions.size())] = *value;
     return;
   }
+  static const std::string kEnvKwargs = "env.kwargs.";
+  if (key.rfind(kEnvKwargs, 0) == 0 && key.size() > kEnvKwargs.size()) {
+    config.env_kwargs[key.substr(kEnvKwargs.size())] = text;
+    return;
+  }
   for (const Field& field : schema()) {
     if (field.key == key) {
       field.set(config, key, text);
@@ -612,6 +618,7 @@ std::string TrainConfig::to_yaml() const {
   std::map<std::string, std::string> values;
   for (const Field& field : schema()) values[field.key] = field.get(*this);
   for (const auto& [name, value] : env_options) values["env.options." + name] = number_text(value);
+  for (const auto& [name, value] : env_kwargs) values["env.kwargs." + name] = value;
   std::ostringstream yaml;
   for (const auto& [key, value] : values) yaml << yaml_scalar(key) << ": " << yaml_scalar(value) << "\n";
   return yaml.str();
@@ -628,6 +635,7 @@ std::string TrainConfig::model_difference(const TrainConfig& checkpoint) const {
         values[field.key] = field.get(c);
     }
     for (const auto& [name, value] : c.env_options) values["env.options." + name] = std::to_string(value);
+    for (const auto& [name, value] : c.env_kwargs) values["env.kwargs." + name] = value;
     return values;
   };
   const auto mine = with_options(*this), theirs = with_options(checkpoint);

@@ -31,6 +31,7 @@ struct TrainConfig {
   std::string env_plugin;                     // or a plugin shared library (overrides env.name)
   int64_t num_envs = 16;                      // environments per actor
   std::map<std::string, double> env_options;  // env.options.<name>: per-environment options
+  std::map<std::string, std::string> env_kwargs;  // env.kwargs.<name>: gymnasium.make's, for gym:<id>
   std::string env_observe = "all";            // all, positions or velocities (MuJoCo environments)
   std::string mujoco_model_dir;               // Gymnasium's model XML folder; empty: found at set-up
   // model

@@ -152,14 +152,13 @@ RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Co
 }
 
 RankOutcome run_actor_rank(const RankResources& rank) {
-  std::vector<std::unique_ptr<Environment>> envs;
-  for (int64_t i = 0; i < rank.config.num_envs; ++i) envs.push_back(make_configured_env(rank.config));
   // A resumed run's actors seed from the checkpoint's update, so they do not replay the
   // episodes of the run they continue.
   const uint64_t seed =
       static_cast<uint64_t>(rank.config.seed) + static_cast<uint64_t>(rank.plan.resume_offset) * 1000003;
-  VectorEnv env(std::move(envs), seed * 7919 + static_cast<uint64_t>(rank.plan.rank));
-  ActorLoop loop(actor_loop_options(rank, seed), rank.transport, rank.model, env, EpisodeCodec(rank.spec),
+  const std::unique_ptr<VectorEnv> env =
+      make_configured_vector_env(rank.config, rank.config.num_envs, seed * 7919 + static_cast<uint64_t>(rank.plan.rank));
+  ActorLoop loop(actor_loop_options(rank, seed), rank.transport, rank.model, *env, EpisodeCodec(rank.spec),
                  rank.logger);
   const ActorStats stats = loop.run();
   RankOutcome outcome;

@@ -18,7 +18,7 @@ GYMNASIUM_VERSION="1.4.0"
 TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==$GYMNASIUM_VERSION"
                "mujoco==$MUJOCO_VERSION" imageio==2.38.2 popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0")
 APT_PACKAGES=(openmpi-bin libopenmpi-dev libboost-dev libspdlog-dev libgtest-dev
-              libyaml-cpp-dev nlohmann-json3-dev libcli11-dev cmake g++ clang clang-format clang-tidy
+              libyaml-cpp-dev nlohmann-json3-dev libcli11-dev pybind11-dev cmake g++ clang clang-format clang-tidy
               python3-venv)
 
 with_test=0

@@ -34,6 +34,13 @@ inline SequenceTooLongError sequence_too_long(int64_t max_seq_len) {
                               "attention is not implemented.");
 }
 
+// An environment's own code failed while stepping or resetting (a Python exception in a
+// gym: environment, with its traceback): the run cannot go on with it.
+class EnvironmentError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A file or message does not have the expected structure: a missing key, a wrong type.
 class MalformedInputError : public Error {
  public:

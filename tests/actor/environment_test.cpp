@@ -36,22 +36,22 @@ std::vector<float> trace(VectorEnv& env, int steps) {
 }
 
 TEST(VectorEnv, SameSeedGivesTheSameEpisodesAndAnotherSeedDoesNot) {
-  VectorEnv a(make_many("CartPole-v1", 3), /*seed=*/7);
-  VectorEnv b(make_many("CartPole-v1", 3), /*seed=*/7);
-  VectorEnv c(make_many("CartPole-v1", 3), /*seed=*/8);
+  NativeVectorEnv a(make_many("CartPole-v1", 3), /*seed=*/7);
+  NativeVectorEnv b(make_many("CartPole-v1", 3), /*seed=*/7);
+  NativeVectorEnv c(make_many("CartPole-v1", 3), /*seed=*/8);
   const auto seen_a = trace(a, 120);
   EXPECT_EQ(seen_a, trace(b, 120));
   EXPECT_NE(seen_a, trace(c, 120));
 }
 
 TEST(VectorEnv, StreamsOfOneVectorDiffer) {
-  VectorEnv env(make_many("CartPole-v1", 2), /*seed=*/1);
+  NativeVectorEnv env(make_many("CartPole-v1", 2), /*seed=*/1);
   env.reset();
   EXPECT_NE(env.observations()[0], env.observations()[4]);
 }
 
 TEST(VectorEnv, ResetsEndedEpisodesAndMarksTheirFirstStep) {
-  VectorEnv env(make_many("CueRecallTMaze", 2, {{"corridor_length", 3}}), /*seed=*/3);
+  NativeVectorEnv env(make_many("CueRecallTMaze", 2, {{"corridor_length", 3}}), /*seed=*/3);
   env.reset();
   EXPECT_EQ(env.is_init(), (std::vector<uint8_t>{1, 1}));
   const std::vector<float> walk(2, 0.0f);
@@ -70,7 +70,7 @@ TEST(VectorEnv, ResetsEndedEpisodesAndMarksTheirFirstStep) {
 }
 
 TEST(VectorEnv, KeepsTruncationApartFromTermination) {
-  VectorEnv env(make_many("Pendulum-v1", 1), /*seed=*/0);
+  NativeVectorEnv env(make_many("Pendulum-v1", 1), /*seed=*/0);
   env.reset();
   const std::vector<float> torque{0.5f};
   for (int t = 0; t < 199; ++t) {
@@ -87,8 +87,8 @@ TEST(VectorEnv, RejectsMixedSpacesAndWrongActionCounts) {
   std::vector<std::unique_ptr<Environment>> mixed;
   mixed.push_back(make_environment("CartPole-v1", {}));
   mixed.push_back(make_environment("Acrobot-v1", {}));
-  EXPECT_THROW(VectorEnv(std::move(mixed), 0), InvalidArgumentError);
-  VectorEnv env(make_many("CartPole-v1", 2), 0);
+  EXPECT_THROW(NativeVectorEnv(std::move(mixed), 0), InvalidArgumentError);
+  NativeVectorEnv env(make_many("CartPole-v1", 2), 0);
   env.reset();
   EXPECT_THROW(env.step(std::vector<float>{1.0f}), InvalidArgumentError);
   EXPECT_THROW(env.step(std::vector<float>{1.0f, 5.0f}), InvalidArgumentError);
@@ -226,7 +226,7 @@ TEST(EnvPlugin, LoadsTheExamplePluginWithItsOptions) {
   std::vector<std::unique_ptr<Environment>> envs;
   envs.push_back(make_plugin_environment(KVRL_EXAMPLE_PLUGIN, {}));
   envs.push_back(make_plugin_environment(KVRL_EXAMPLE_PLUGIN, {}));
-  VectorEnv vector(std::move(envs), 0);
+  NativeVectorEnv vector(std::move(envs), 0);
   vector.reset();
   vector.step(std::vector<float>{0.0f, 1.0f});
   EXPECT_EQ(vector.rewards(), (std::vector<double>{1.0, 0.0}));

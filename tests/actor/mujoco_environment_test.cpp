@@ -50,7 +50,7 @@ TEST(MujocoEnvironment, PartiallyObservedVariantsKeepPositionsOrVelocities) {
   std::vector<std::unique_ptr<Environment>> full, positions;
   full.push_back(make_locomotion("Walker2d-v5"));
   positions.push_back(make_locomotion("Walker2d-v5", ObservedPart::kPositions));
-  VectorEnv a(std::move(full), 5), b(std::move(positions), 5);
+  NativeVectorEnv a(std::move(full), 5), b(std::move(positions), 5);
   a.reset();
   b.reset();
   const std::vector<float> action{0.3f, -0.2f, 0.1f, 0.5f, -0.4f, 0.0f};
@@ -66,9 +66,9 @@ TEST(MujocoEnvironment, ResetsBySeedAndRestartsEndedEpisodes) {
   auto make_vector = [](uint64_t seed) {
     std::vector<std::unique_ptr<Environment>> envs;
     for (int i = 0; i < 3; ++i) envs.push_back(make_locomotion("Hopper-v5"));
-    return VectorEnv(std::move(envs), seed);
+    return NativeVectorEnv(std::move(envs), seed);
   };
-  VectorEnv a = make_vector(1), b = make_vector(1), c = make_vector(2);
+  NativeVectorEnv a = make_vector(1), b = make_vector(1), c = make_vector(2);
   a.reset();
   b.reset();
   c.reset();

@@ -57,7 +57,7 @@ def saved_model(checkpoint):
 @pytest.fixture(scope="module")
 def normalized_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("hopper")
-    metrics = train(run_dir, os.path.join(CONFIGS, "hopper_ppo.yaml"), *EXPORTABLE, *SHORT_RUN)
+    metrics = train(run_dir, os.path.join(CONFIGS, "mujoco_ppo.yaml"), *EXPORTABLE, *SHORT_RUN)
     return run_dir, metrics
 
 
@@ -119,7 +119,7 @@ def test_torchrl_with_the_exported_policy_takes_the_actions_kvrl_eval_took(norma
 
 
 def test_hopper_learns_within_100k_env_steps(tmp_path):
-    metrics = train(tmp_path, os.path.join(CONFIGS, "hopper_ppo.yaml"), "run.total_env_steps=100000")
+    metrics = train(tmp_path, os.path.join(CONFIGS, "mujoco_ppo.yaml"), "run.total_env_steps=100000")
     final = metrics[-1]["episode/return_mean"]
     # A random policy returns about 20; 1M-step runs reach thousands (docs/training.md).
     assert final >= 200, [round(m["episode/return_mean"]) for m in metrics]

@@ -105,7 +105,7 @@ Collected collect_fragments(const ContextSetup& setup) {
     InProcessTransport transport(network, 1);
     std::vector<std::unique_ptr<Environment>> envs;
     for (int64_t i = 0; i < kEnvs; ++i) envs.push_back(make_environment("RepeatPrevious", kEnvOptions));
-    VectorEnv env(std::move(envs), 11);
+    NativeVectorEnv env(std::move(envs), 11);
     ActorLoopOptions options;
     options.learner_ranks = {0};
     options.credit_steps = 4 * kFragmentSteps;

@@ -76,7 +76,7 @@ ActorStats run_actor(const RunPlan& plan, InProcessNetwork& network, int rank, c
   InProcessTransport transport(network, rank);
   std::vector<std::unique_ptr<Environment>> envs;
   for (int64_t i = 0; i < plan.envs_per_actor; ++i) envs.push_back(make_environment(kEnvName, kEnvOptions));
-  VectorEnv env(std::move(envs), 17 + static_cast<uint64_t>(rank));
+  NativeVectorEnv env(std::move(envs), 17 + static_cast<uint64_t>(rank));
   ActorLoopOptions options;
   options.learner_ranks = {kLearnerRank};
   options.credit_steps = plan.credit_steps;

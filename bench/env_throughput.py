@@ -1,0 +1,95 @@
+"""Environment steps per second: kvrl's native VectorEnv against Gymnasium's SyncVectorEnv
+on the same task, both stepping 16 environments with uniform random actions and
+automatic resets, single-threaded, no policy; and the Gymnasium bridge (gym:<id>, the
+Python environments stepped from kvrl's process) against Gymnasium's own vector loop.
+Rounds alternate kvrl and Gymnasium so both see the same machine load; the ratio is per
+round, and the table gives the median.
+
+    python bench/env_throughput.py --out bench/results/env_throughput.json
+    python bench/env_throughput.py --envs-list Hopper-v5 --rounds 5
+
+Targets (issue #20): >= 3x on Hopper and HalfCheetah, >= 1.5x on Walker2d and Ant, where
+MuJoCo's own physics, the same library on both sides, dominates; >= 0.9x for the bridge
+(it adds no overhead worth naming).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {"Hopper-v5": 3.0, "HalfCheetah-v5": 3.0, "Walker2d-v5": 1.5, "Ant-v5": 1.5,
+           "gym:CartPole-v1": 0.9, "gym:Hopper-v5": 0.9}
+
+
+def kvrl_steps_per_s(binary, name, envs, steps, seed):
+    result = subprocess.run([binary, "--env", name, "--envs", str(envs), "--steps", str(steps), "--seed", str(seed)],
+                            capture_output=True, text=True, check=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads(result.stdout)["steps_per_s"]
+
+
+def gymnasium_steps_per_s(name, envs, steps, seed):
+    name = name.removeprefix("gym:")  # the bridge's reference: the same environments, stepped from Python
+    vector = gym.vector.SyncVectorEnv([lambda: gym.make(name) for _ in range(envs)],
+                                      autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    vector.reset(seed=seed)
+    space = vector.action_space
+    rng = np.random.default_rng(seed)
+    vector_steps = steps // envs
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        actions = rng.integers(0, space.nvec, size=(vector_steps, *space.shape))
+    else:
+        actions = rng.uniform(space.low, space.high, size=(vector_steps, *space.shape)).astype(space.dtype)
+    start = time.perf_counter()
+    for t in range(vector_steps):
+        vector.step(actions[t])
+    seconds = time.perf_counter() - start
+    vector.close()
+    return vector_steps * envs / seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kvrl-bench", default=str(ROOT / "build/bench/kvrl_bench_envs"))
+    parser.add_argument("--envs-list", nargs="+", default=list(TARGETS))
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=32000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    rows = []
+    for name in args.envs_list:
+        rounds = []
+        for round_index in range(args.rounds):
+            ours = kvrl_steps_per_s(args.kvrl_bench, name, args.envs, args.steps, round_index)
+            theirs = gymnasium_steps_per_s(name, args.envs, args.steps, round_index)
+            rounds.append({"kvrl": ours, "gymnasium": theirs, "ratio": ours / theirs})
+        ratio = statistics.median(r["ratio"] for r in rounds)
+        rows.append({"env": name, "envs": args.envs, "env_steps": args.steps, "rounds": rounds,
+                     "kvrl_steps_per_s": statistics.median(r["kvrl"] for r in rounds),
+                     "gymnasium_steps_per_s": statistics.median(r["gymnasium"] for r in rounds),
+                     "ratio": ratio, "target": TARGETS.get(name), "met": ratio >= TARGETS.get(name, 0)})
+
+    print(f"{'env':16} {'kvrl steps/s':>13} {'Gymnasium':>11} {'ratio':>7} {'target':>7}  rounds")
+    for row in rows:
+        spread = ", ".join(f"{r['ratio']:.2f}" for r in row["rounds"])
+        target = f">={row['target']:.1f}" if row["target"] else "-"
+        print(f"{row['env']:16} {row['kvrl_steps_per_s']:13.0f} {row['gymnasium_steps_per_s']:11.0f} "
+              f"{row['ratio']:6.2f}x {target:>7}  {spread}")
+    if args.out:
+        report = {"benchmark": "env_throughput", "gymnasium": gym.__version__, "rows": rows,
+                  "command": "python bench/env_throughput.py " + " ".join(
+                      f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in ("envs", "steps", "rounds"))}
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
