@@ -347,8 +347,8 @@ ActorStats ActorLoop::run() {
     drain();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  logger_->info(cat("acting with policy version ", stats_.policy_version, " on ", env_.num_envs(), " x ",
-                    env_.name()));
+  logger_->info(
+      cat("acting with policy version ", stats_.policy_version, " on ", env_.num_envs(), " x ", env_.name()));
   env_.reset();
   std::vector<float> actions(env_.num_envs() * env_.action_size());
   int64_t vector_steps = 0;

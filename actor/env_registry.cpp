@@ -117,7 +117,9 @@ EnvOptions resolve_options(const std::string& env, const EnvOptions& defaults, c
   return resolved;
 }
 
-std::vector<std::string> mujoco_names() { return {kMujocoEnvironmentNames.begin(), kMujocoEnvironmentNames.end()}; }
+std::vector<std::string> mujoco_names() {
+  return {kMujocoEnvironmentNames.begin(), kMujocoEnvironmentNames.end()};
+}
 
 }  // namespace
 
@@ -138,9 +140,10 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const Env
 // What only the native environments take: refused for a gym: id, naming its own way.
 void check_gym_request(const EnvironmentRequest& request) {
   if (!request.options.empty()) {
-    throw InvalidArgumentError("env.options." + request.options.begin()->first + ": " + request.name +
-                               " takes gymnasium.make's keyword arguments as env.kwargs.<name> (max_episode_steps "
-                               "among them), not env.options");
+    throw InvalidArgumentError(
+        "env.options." + request.options.begin()->first + ": " + request.name +
+        " takes gymnasium.make's keyword arguments as env.kwargs.<name> (max_episode_steps "
+        "among them), not env.options");
   }
   if (request.locomotion.observe != ObservedPart::kAll) {
     throw InvalidArgumentError("env.observe: " + request.name + " observes all of its observation");
@@ -153,7 +156,8 @@ std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request)
     return make_gym_environment(request.name, request.gym_kwargs);
   }
   if (!request.gym_kwargs.empty()) {
-    throw InvalidArgumentError("env.kwargs." + request.gym_kwargs.begin()->first + ": keyword arguments apply to "
+    throw InvalidArgumentError("env.kwargs." + request.gym_kwargs.begin()->first +
+                               ": keyword arguments apply to "
                                "gym:<id> environments only, not to " +
                                (request.plugin.empty() ? request.name : request.plugin));
   }
@@ -161,7 +165,8 @@ std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request)
     if (request.locomotion.observe != ObservedPart::kAll) {
       throw InvalidArgumentError("env.observe: " + (request.plugin.empty() ? request.name : request.plugin) +
                                  " observes all of its observation; positions and velocities apply to the "
-                                 "MuJoCo environments (" + join(mujoco_names()) + ")");
+                                 "MuJoCo environments (" +
+                                 join(mujoco_names()) + ")");
     }
   }
   if (!request.plugin.empty()) return make_plugin_environment(request.plugin, request.options);
@@ -177,10 +182,12 @@ std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request)
     throw InvalidArgumentError("unknown environment '" + request.name + "' (built in: " +
                                join(builtin_environment_names()) + "; or load your own with env.plugin)");
   }
-  return with_step_limit(it->second.make(resolve_options(request.name, it->second.defaults, options)), step_limit);
+  return with_step_limit(it->second.make(resolve_options(request.name, it->second.defaults, options)),
+                         step_limit);
 }
 
-std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, int64_t num_envs, uint64_t seed) {
+std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, int64_t num_envs,
+                                           uint64_t seed) {
   if (request.plugin.empty() && is_gym_environment(request.name)) {
     check_gym_request(request);
     return make_gym_vector_env(request.name, request.gym_kwargs, num_envs, seed);

@@ -16,9 +16,9 @@ namespace kvrl {
 
 // Everything that picks and shapes an environment (the env.* keys but num_envs).
 struct EnvironmentRequest {
-  std::string name;    // a built-in environment
-  std::string plugin;  // or a plugin shared library's path; replaces name
-  EnvOptions options;  // the environment's own options, and max_episode_steps
+  std::string name;               // a built-in environment
+  std::string plugin;             // or a plugin shared library's path; replaces name
+  EnvOptions options;             // the environment's own options, and max_episode_steps
   LocomotionSettings locomotion;  // MuJoCo environments: the observed part, the model folder
   GymKwargs gym_kwargs;           // gym:<id>: keyword arguments for gymnasium.make
 };
@@ -29,7 +29,8 @@ std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request)
 
 // `num_envs` of them stepped together: Gymnasium's vector environment for gym:<id>, a
 // NativeVectorEnv otherwise.
-std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, int64_t num_envs, uint64_t seed);
+std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, int64_t num_envs,
+                                           uint64_t seed);
 
 // The built-in names, sorted (the MuJoCo ones included, with or without MuJoCo).
 std::vector<std::string> builtin_environment_names();

@@ -22,10 +22,11 @@ const GymBridgeInfo& bridge(const std::string& name) {
   if (info != nullptr) return *info;
   const std::string path = module_path();
   if (path.empty()) {
-    throw InvalidArgumentError(name +
-                               ": gym: environments need the Gymnasium bridge, which this build did not include "
-                               "(CMake found no Python 3 embedding library or pybind11): run scripts/setup.sh, "
-                               "which installs them, then reconfigure and rebuild");
+    throw InvalidArgumentError(
+        name +
+        ": gym: environments need the Gymnasium bridge, which this build did not include "
+        "(CMake found no Python 3 embedding library or pybind11): run scripts/setup.sh, "
+        "which installs them, then reconfigure and rebuild");
   }
   // RTLD_GLOBAL: Python's extension modules (NumPy's) expect the interpreter's symbols
   // to be global, as they are in the python executable.
@@ -47,7 +48,9 @@ const GymBridgeInfo& bridge(const std::string& name) {
 
 std::string gym_id(const std::string& name) {
   const std::string id = name.substr(std::string(kGymPrefix).size());
-  if (id.empty()) throw InvalidArgumentError("env.name '" + name + "' names no Gymnasium id (gym:<id>, e.g. gym:CartPole-v1)");
+  if (id.empty())
+    throw InvalidArgumentError("env.name '" + name +
+                               "' names no Gymnasium id (gym:<id>, e.g. gym:CartPole-v1)");
   return id;
 }
 
@@ -57,8 +60,8 @@ std::unique_ptr<Environment> make_gym_environment(const std::string& name, const
   return std::unique_ptr<Environment>(bridge(name).make_environment(gym_id(name), kwargs));
 }
 
-std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymKwargs& kwargs, int64_t num_envs,
-                                               uint64_t seed) {
+std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymKwargs& kwargs,
+                                               int64_t num_envs, uint64_t seed) {
   return std::unique_ptr<VectorEnv>(bridge(name).make_vector_env(gym_id(name), kwargs, num_envs, seed));
 }
 

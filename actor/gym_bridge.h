@@ -32,14 +32,15 @@ std::unique_ptr<Environment> make_gym_environment(const std::string& name, const
 // `num_envs` of them through Gymnasium's SyncVectorEnv, resetting in the same step
 // (AutoresetMode.SAME_STEP); environment i is first reset with a seed derived from
 // (seed, i), later episodes continue its own RNG, as Gymnasium's vector environments do.
-std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymKwargs& kwargs, int64_t num_envs,
-                                               uint64_t seed);
+std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymKwargs& kwargs,
+                                               int64_t num_envs, uint64_t seed);
 
 // What the module exports (kvrl_gym_bridge_v1), checked by version before use.
 struct GymBridgeInfo {
   int abi_version;
   Environment* (*make_environment)(const std::string& id, const GymKwargs& kwargs);
-  VectorEnv* (*make_vector_env)(const std::string& id, const GymKwargs& kwargs, int64_t num_envs, uint64_t seed);
+  VectorEnv* (*make_vector_env)(const std::string& id, const GymKwargs& kwargs, int64_t num_envs,
+                                uint64_t seed);
 };
 inline constexpr int kGymBridgeAbiVersion = 1;
 

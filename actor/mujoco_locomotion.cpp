@@ -30,8 +30,8 @@ struct DataDeleter {
 // user may change (Gymnasium's keyword arguments), this the structure they may not.
 struct LocomotionTask {
   const char* xml_file;
-  int64_t skipped_positions;  // leading qpos left out of observations: x (planar) or x and y (Ant)
-  double velocity_clip;       // observed qvel clipped to +-this (Hopper, Walker2d)
+  int64_t skipped_positions;     // leading qpos left out of observations: x (planar) or x and y (Ant)
+  double velocity_clip;          // observed qvel clipped to +-this (Hopper, Walker2d)
   bool gaussian_velocity_noise;  // reset qvel noise ~ scale * N(0, 1) instead of U(-scale, scale)
   bool contact_forces;           // Ant: observes and pays for the bodies' external forces
   // Whether the body is healthy; null for tasks that never terminate (HalfCheetah).
@@ -75,7 +75,12 @@ void print_mujoco_warning(const char* message) { std::fprintf(stderr, "MuJoCo wa
 const LocomotionTask& task_named(const std::string& name) {
   static const std::map<std::string, LocomotionTask> tasks{
       {"Hopper-v5",
-       {"hopper.xml", 1, 10.0, false, false, hopper_healthy,
+       {"hopper.xml",
+        1,
+        10.0,
+        false,
+        false,
+        hopper_healthy,
         {{"frame_skip", 4},
          {"forward_reward_weight", 1.0},
          {"ctrl_cost_weight", 1e-3},
@@ -83,10 +88,23 @@ const LocomotionTask& task_named(const std::string& name) {
          {"terminate_when_unhealthy", 1},
          {"reset_noise_scale", 5e-3}}}},
       {"HalfCheetah-v5",
-       {"half_cheetah.xml", 1, kNoClip, true, false, nullptr,
-        {{"frame_skip", 5}, {"forward_reward_weight", 1.0}, {"ctrl_cost_weight", 0.1}, {"reset_noise_scale", 0.1}}}},
+       {"half_cheetah.xml",
+        1,
+        kNoClip,
+        true,
+        false,
+        nullptr,
+        {{"frame_skip", 5},
+         {"forward_reward_weight", 1.0},
+         {"ctrl_cost_weight", 0.1},
+         {"reset_noise_scale", 0.1}}}},
       {"Walker2d-v5",
-       {"walker2d_v5.xml", 1, 10.0, false, false, walker_healthy,
+       {"walker2d_v5.xml",
+        1,
+        10.0,
+        false,
+        false,
+        walker_healthy,
         {{"frame_skip", 4},
          {"forward_reward_weight", 1.0},
          {"ctrl_cost_weight", 1e-3},
@@ -94,7 +112,12 @@ const LocomotionTask& task_named(const std::string& name) {
          {"terminate_when_unhealthy", 1},
          {"reset_noise_scale", 5e-3}}}},
       {"Ant-v5",
-       {"ant.xml", 2, kNoClip, true, true, ant_healthy,
+       {"ant.xml",
+        2,
+        kNoClip,
+        true,
+        true,
+        ant_healthy,
         {{"frame_skip", 5},
          {"forward_reward_weight", 1.0},
          {"ctrl_cost_weight", 0.5},
@@ -106,7 +129,8 @@ const LocomotionTask& task_named(const std::string& name) {
   const auto it = tasks.find(name);
   if (it == tasks.end()) {
     std::string names;
-    for (const auto& known : kMujocoEnvironmentNames) names += (names.empty() ? "" : ", ") + std::string(known);
+    for (const auto& known : kMujocoEnvironmentNames)
+      names += (names.empty() ? "" : ", ") + std::string(known);
     throw InvalidArgumentError("unknown MuJoCo environment '" + name + "' (known: " + names + ")");
   }
   return it->second;
@@ -166,14 +190,16 @@ double finite_option(const std::string& env, const EnvOptions& options, const st
 std::string model_path(const std::string& env, const LocomotionTask& task, const std::string& model_dir) {
   const std::string dir = model_dir.empty() ? default_mujoco_model_dir() : model_dir;
   if (dir.empty()) {
-    throw InvalidArgumentError(env + " needs Gymnasium's MuJoCo model folder: set env.mujoco_model_dir to "
+    throw InvalidArgumentError(env +
+                               " needs Gymnasium's MuJoCo model folder: set env.mujoco_model_dir to "
                                "gymnasium/envs/mujoco/assets in a Python environment with gymnasium, or run "
                                "scripts/setup.sh and reconfigure, which finds it");
   }
   const std::filesystem::path path = std::filesystem::path(dir) / task.xml_file;
   if (!std::filesystem::is_regular_file(path)) {
-    throw InvalidArgumentError(env + ": model file '" + path.string() + "' not found: env.mujoco_model_dir ('" +
-                               dir + "') must be Gymnasium's gymnasium/envs/mujoco/assets folder");
+    throw InvalidArgumentError(env + ": model file '" + path.string() +
+                               "' not found: env.mujoco_model_dir ('" + dir +
+                               "') must be Gymnasium's gymnasium/envs/mujoco/assets folder");
   }
   return path.string();
 }
@@ -188,9 +214,11 @@ class LocomotionEnvironment : public Environment {
         frame_skip_(positive_integer_option(name_, options, "frame_skip")),
         forward_reward_weight_(finite_option(name_, options, "forward_reward_weight")),
         ctrl_cost_weight_(finite_option(name_, options, "ctrl_cost_weight")),
-        contact_cost_weight_(options.count("contact_cost_weight") ? finite_option(name_, options, "contact_cost_weight")
-                                                                  : 0.0),
-        healthy_reward_(options.count("healthy_reward") ? finite_option(name_, options, "healthy_reward") : 0.0),
+        contact_cost_weight_(options.count("contact_cost_weight")
+                                 ? finite_option(name_, options, "contact_cost_weight")
+                                 : 0.0),
+        healthy_reward_(options.count("healthy_reward") ? finite_option(name_, options, "healthy_reward")
+                                                        : 0.0),
         terminate_when_unhealthy_(options.count("terminate_when_unhealthy") &&
                                   flag_option(name_, options, "terminate_when_unhealthy")),
         reset_noise_scale_(finite_option(name_, options, "reset_noise_scale")) {
@@ -215,9 +243,9 @@ class LocomotionEnvironment : public Environment {
   void set_state(std::span<const double> state, std::span<float> observation) override {
     const size_t expected = static_cast<size_t>(model_->nq + model_->nv);
     if (state.size() != expected) {
-      throw InvalidArgumentError(name_ + ": state has " + std::to_string(state.size()) + " values, expected " +
-                                 std::to_string(expected) + " (qpos: " + std::to_string(model_->nq) +
-                                 ", qvel: " + std::to_string(model_->nv) + ")");
+      throw InvalidArgumentError(name_ + ": state has " + std::to_string(state.size()) +
+                                 " values, expected " + std::to_string(expected) + " (qpos: " +
+                                 std::to_string(model_->nq) + ", qvel: " + std::to_string(model_->nv) + ")");
     }
     set_physics(state.first(model_->nq), state.subspan(model_->nq));
     observe(observation);
@@ -244,7 +272,8 @@ class LocomotionEnvironment : public Environment {
     // Gymnasium also calls it after every step; it computes the bodies' external forces,
     // which only Ant observes and pays for, and nothing the next step reads.
     if (task_.contact_forces) mj_rnePostConstraint(model_.get(), data_.get());
-    const double x_velocity = (x_position() - x_before) / (model_->opt.timestep * static_cast<double>(frame_skip_));
+    const double x_velocity =
+        (x_position() - x_before) / (model_->opt.timestep * static_cast<double>(frame_skip_));
     observe(observation);
 
     const bool healthy = task_.healthy == nullptr || task_.healthy(*model_, *data_);
@@ -284,9 +313,12 @@ class LocomotionEnvironment : public Environment {
     const int64_t velocities = model_->nv;
     const int64_t forces = task_.contact_forces ? 6 * (model_->nbody - 1) : 0;
     switch (observe_) {
-      case ObservedPart::kPositions: return positions;
-      case ObservedPart::kVelocities: return velocities;
-      case ObservedPart::kAll: break;
+      case ObservedPart::kPositions:
+        return positions;
+      case ObservedPart::kVelocities:
+        return velocities;
+      case ObservedPart::kAll:
+        break;
     }
     return positions + velocities + forces;
   }
@@ -294,14 +326,17 @@ class LocomotionEnvironment : public Environment {
   void observe(std::span<float> observation) const {
     float* out = observation.data();
     if (observe_ != ObservedPart::kVelocities) {
-      for (int i = static_cast<int>(task_.skipped_positions); i < model_->nq; ++i) *out++ = static_cast<float>(data_->qpos[i]);
+      for (int i = static_cast<int>(task_.skipped_positions); i < model_->nq; ++i)
+        *out++ = static_cast<float>(data_->qpos[i]);
     }
     if (observe_ != ObservedPart::kPositions) {
       const double clip = task_.velocity_clip;
-      for (int i = 0; i < model_->nv; ++i) *out++ = static_cast<float>(std::clamp(data_->qvel[i], -clip, clip));
+      for (int i = 0; i < model_->nv; ++i)
+        *out++ = static_cast<float>(std::clamp(data_->qvel[i], -clip, clip));
     }
     if (observe_ == ObservedPart::kAll && task_.contact_forces) {
-      for (int i = 6; i < 6 * model_->nbody; ++i) *out++ = static_cast<float>(std::clamp(data_->cfrc_ext[i], -1.0, 1.0));
+      for (int i = 6; i < 6 * model_->nbody; ++i)
+        *out++ = static_cast<float>(std::clamp(data_->cfrc_ext[i], -1.0, 1.0));
     }
   }
 

@@ -12,10 +12,11 @@ std::string mujoco_version() { return ""; }
 std::string default_mujoco_model_dir() { return ""; }
 
 EnvOptions mujoco_environment_defaults(const std::string& name) {
-  throw InvalidArgumentError(name +
-                             " needs the MuJoCo C library, which this build did not find: run scripts/setup.sh "
-                             "(it installs the mujoco-core wheel into ~/.cache/kvrl/venv), then reconfigure and "
-                             "rebuild (cmake -S . -B build && cmake --build build)");
+  throw InvalidArgumentError(
+      name +
+      " needs the MuJoCo C library, which this build did not find: run scripts/setup.sh "
+      "(it installs the mujoco-core wheel into ~/.cache/kvrl/venv), then reconfigure and "
+      "rebuild (cmake -S . -B build && cmake --build build)");
 }
 
 std::unique_ptr<Environment> make_mujoco_environment(const std::string& name, const EnvOptions&,

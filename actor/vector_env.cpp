@@ -63,8 +63,9 @@ NativeVectorEnv::NativeVectorEnv(std::vector<std::unique_ptr<Environment>> envs,
       episodes_started_(envs_.size(), 0) {
   for (const auto& env : envs_) {
     if (env->observation_space() != observation_space() || env->action_space() != action_space()) {
-      throw InvalidArgumentError("VectorEnv: " + env->name() + " has spaces " + env->observation_space().describe() +
-                                 " / " + env->action_space().describe() + ", unlike the first environment's " +
+      throw InvalidArgumentError("VectorEnv: " + env->name() + " has spaces " +
+                                 env->observation_space().describe() + " / " +
+                                 env->action_space().describe() + ", unlike the first environment's " +
                                  observation_space().describe() + " / " + action_space().describe());
     }
   }
@@ -72,8 +73,8 @@ NativeVectorEnv::NativeVectorEnv(std::vector<std::unique_ptr<Environment>> envs,
 
 void NativeVectorEnv::reset_env(int64_t index) {
   const uint64_t episode_seed = mix(stream_seed(seed_, index) + episodes_started_[index]++);
-  envs_[index]->reset(episode_seed,
-                      std::span<float>(observations_).subspan(index * observation_size(), observation_size()));
+  envs_[index]->reset(
+      episode_seed, std::span<float>(observations_).subspan(index * observation_size(), observation_size()));
   is_init_[index] = 1;
 }
 

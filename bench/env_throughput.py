@@ -55,6 +55,33 @@ def gymnasium_steps_per_s(name, envs, steps, seed):
     return vector_steps * envs / seconds
 
 
+def physics_steps_per_s(name, steps, seed):
+    """MuJoCo's physics for one environment step (mj_step x frame skip), called from Python:
+    the physics plus one binding call, no environment logic. The same uniform actions; reset
+    where Gymnasium's environment would end its episode. When kvrl's whole step is faster
+    than this, what remains of its time is MuJoCo's own."""
+    env = gym.make(name)
+    env.reset(seed=seed)
+    model, data, frame_skip = env.unwrapped.model, env.unwrapped.data, env.unwrapped.frame_skip
+    rng = np.random.default_rng(seed)
+    actions = rng.uniform(-1, 1, size=(steps, model.nu))
+    done = np.zeros(steps, dtype=bool)
+    for t in range(steps):  # where episodes end, from the environment itself
+        _, _, terminated, truncated, _ = env.step(actions[t].astype(np.float32))
+        done[t] = terminated or truncated
+        if done[t]:
+            env.reset()
+    mujoco = __import__("mujoco")
+    mujoco.mj_resetData(model, data)
+    start = time.perf_counter()
+    for t in range(steps):
+        data.ctrl[:] = actions[t]
+        mujoco.mj_step(model, data, nstep=frame_skip)
+        if done[t]:
+            mujoco.mj_resetData(model, data)
+    return steps / (time.perf_counter() - start)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kvrl-bench", default=str(ROOT / "build/bench/kvrl_bench_envs"))
@@ -73,17 +100,21 @@ def main():
             theirs = gymnasium_steps_per_s(name, args.envs, args.steps, round_index)
             rounds.append({"kvrl": ours, "gymnasium": theirs, "ratio": ours / theirs})
         ratio = statistics.median(r["ratio"] for r in rounds)
+        physics = None if name.startswith("gym:") else physics_steps_per_s(name, args.steps // 4, 0)
         rows.append({"env": name, "envs": args.envs, "env_steps": args.steps, "rounds": rounds,
+                     "physics_steps_per_s": physics,
                      "kvrl_steps_per_s": statistics.median(r["kvrl"] for r in rounds),
                      "gymnasium_steps_per_s": statistics.median(r["gymnasium"] for r in rounds),
                      "ratio": ratio, "target": TARGETS.get(name), "met": ratio >= TARGETS.get(name, 0)})
 
-    print(f"{'env':16} {'kvrl steps/s':>13} {'Gymnasium':>11} {'ratio':>7} {'target':>7}  rounds")
+    print(f"{'env':16} {'kvrl steps/s':>13} {'Gymnasium':>11} {'ratio':>7} {'target':>7} "
+          f"{'mj_step from Python':>20}  rounds")
     for row in rows:
         spread = ", ".join(f"{r['ratio']:.2f}" for r in row["rounds"])
         target = f">={row['target']:.1f}" if row["target"] else "-"
+        physics = f"{row['physics_steps_per_s']:.0f}" if row["physics_steps_per_s"] else "-"
         print(f"{row['env']:16} {row['kvrl_steps_per_s']:13.0f} {row['gymnasium_steps_per_s']:11.0f} "
-              f"{row['ratio']:6.2f}x {target:>7}  {spread}")
+              f"{row['ratio']:6.2f}x {target:>7} {physics:>20}  {spread}")
     if args.out:
         report = {"benchmark": "env_throughput", "gymnasium": gym.__version__, "rows": rows,
                   "command": "python bench/env_throughput.py " + " ".join(

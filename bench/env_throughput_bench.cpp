@@ -28,14 +28,20 @@ BenchConfig parse(int argc, char** argv) {
   BenchConfig config;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--env") config.env = value;
-    else if (key == "--envs") config.envs = std::stoll(value);
-    else if (key == "--steps") config.steps = std::stoll(value);
-    else if (key == "--seed") config.seed = std::stoull(value);
-    else throw std::invalid_argument("unknown option " + key + " (allowed: --env, --envs, --steps, --seed)");
+    if (key == "--env")
+      config.env = value;
+    else if (key == "--envs")
+      config.envs = std::stoll(value);
+    else if (key == "--steps")
+      config.steps = std::stoll(value);
+    else if (key == "--seed")
+      config.seed = std::stoull(value);
+    else
+      throw std::invalid_argument("unknown option " + key + " (allowed: --env, --envs, --steps, --seed)");
   }
   if (config.env.empty()) throw std::invalid_argument("--env NAME is required");
-  if (config.envs < 1 || config.steps < config.envs) throw std::invalid_argument("need --envs >= 1, --steps >= --envs");
+  if (config.envs < 1 || config.steps < config.envs)
+    throw std::invalid_argument("need --envs >= 1, --steps >= --envs");
   return config;
 }
 
@@ -73,10 +79,11 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < vector_steps; ++t) env.step({actions.data() + t * per_step, per_step});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("{\"env\": \"%s\", \"envs\": %lld, \"env_steps\": %lld, \"seconds\": %.6f, \"steps_per_s\": %.1f}\n",
-                config.env.c_str(), static_cast<long long>(config.envs),
-                static_cast<long long>(vector_steps * config.envs), seconds,
-                static_cast<double>(vector_steps * config.envs) / seconds);
+    std::printf(
+        "{\"env\": \"%s\", \"envs\": %lld, \"env_steps\": %lld, \"seconds\": %.6f, \"steps_per_s\": %.1f}\n",
+        config.env.c_str(), static_cast<long long>(config.envs),
+        static_cast<long long>(vector_steps * config.envs), seconds,
+        static_cast<double>(vector_steps * config.envs) / seconds);
     return 0;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kvrl_bench_envs: %s\n", error.what());

@@ -51,7 +51,8 @@ ObservedPart observed_part_from(const c10::impl::GenericDict& input) {
   if (part == "all") return ObservedPart::kAll;
   if (part == "positions") return ObservedPart::kPositions;
   if (part == "velocities") return ObservedPart::kVelocities;
-  throw MalformedInputError("input['observe'] must be 'all', 'positions' or 'velocities', got '" + part + "'");
+  throw MalformedInputError("input['observe'] must be 'all', 'positions' or 'velocities', got '" + part +
+                            "'");
 }
 
 std::unique_ptr<Environment> environment_from(const c10::impl::GenericDict& input) {
@@ -65,7 +66,8 @@ std::unique_ptr<Environment> environment_from(const c10::impl::GenericDict& inpu
   } else if (name != input.end() && name->value().isString()) {
     request.name = name->value().toStringRef();
   } else {
-    throw MalformedInputError("input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
+    throw MalformedInputError(
+        "input needs 'name' (a built-in environment) or 'plugin' (a shared library path)");
   }
   return make_environment(request);
 }

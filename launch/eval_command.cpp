@@ -50,7 +50,8 @@ struct PlayedEpisodes {
 
 void record_step(PlayedEpisodes& played, int64_t i, const VectorEnv& env, const float* observation,
                  const float* action, bool context_start) {
-  played.observations[i].insert(played.observations[i].end(), observation, observation + env.observation_size());
+  played.observations[i].insert(played.observations[i].end(), observation,
+                                observation + env.observation_size());
   played.actions[i].insert(played.actions[i].end(), action, action + env.action_size());
   played.context_starts[i].push_back(context_start ? 1 : 0);
   played.rewards[i].push_back(env.rewards()[i]);
@@ -64,9 +65,10 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
   at::Generator generator = at::detail::createCPUGenerator(seed);
   torch::NoGradGuard no_grad;
   env.reset();
-  PlayedEpisodes played{std::vector<double>(episodes, 0.0), std::vector<int64_t>(episodes, 0),
-                        std::vector<std::vector<float>>(episodes), std::vector<std::vector<float>>(episodes),
-                        std::vector<std::vector<uint8_t>>(episodes), std::vector<std::vector<double>>(episodes)};
+  PlayedEpisodes played{
+      std::vector<double>(episodes, 0.0),          std::vector<int64_t>(episodes, 0),
+      std::vector<std::vector<float>>(episodes),   std::vector<std::vector<float>>(episodes),
+      std::vector<std::vector<uint8_t>>(episodes), std::vector<std::vector<double>>(episodes)};
   std::vector<bool> done(episodes, false);
   int64_t remaining = episodes;
   std::vector<float> actions(episodes * env.action_size());
@@ -86,8 +88,8 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
     env.step(actions);
     for (int64_t i = 0; i < episodes; ++i) {
       if (done[i]) continue;
-      record_step(played, i, env, seen.data() + i * env.observation_size(), actions.data() + i * env.action_size(),
-                  init[i] != 0);
+      record_step(played, i, env, seen.data() + i * env.observation_size(),
+                  actions.data() + i * env.action_size(), init[i] != 0);
       if (env.terminated()[i] || env.truncated()[i]) {
         done[i] = true;
         --remaining;
@@ -145,7 +147,8 @@ int run_eval(const EvalArguments& arguments) {
                                "(env.options.max_episode_steps in the run's config)");
   }
   const std::string name = prototype.name();
-  const std::unique_ptr<VectorEnv> vector = make_configured_vector_env(env_config, episodes, static_cast<uint64_t>(seed));
+  const std::unique_ptr<VectorEnv> vector =
+      make_configured_vector_env(env_config, episodes, static_cast<uint64_t>(seed));
   VectorEnv& env = *vector;
   const PlayedEpisodes played =
       play(*saved.model, env, static_cast<uint64_t>(seed), greedy, context_plan(saved.config).segment_steps);

@@ -34,7 +34,8 @@ std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
   return make_environment(environment_request(config));
 }
 
-std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config, int64_t num_envs, uint64_t seed) {
+std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config, int64_t num_envs,
+                                                      uint64_t seed) {
   return make_vector_env(environment_request(config), num_envs, seed);
 }
 

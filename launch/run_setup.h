@@ -25,7 +25,8 @@ ContextPlan context_plan(const TrainConfig& config);
 // The configured environment: a built-in by name, or a plugin.
 std::unique_ptr<Environment> make_configured_env(const TrainConfig& config);
 // `num_envs` of them stepped together (Gymnasium's vector environment for gym:<id>).
-std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config, int64_t num_envs, uint64_t seed);
+std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config, int64_t num_envs,
+                                                      uint64_t seed);
 // The policy for `env` with the config's model sizes; throws InvalidArgumentError when
 // the policy cannot act in the environment.
 ActorCriticOptions model_options(const TrainConfig& config, const Environment& env);

@@ -128,56 +128,57 @@ Field string_field(std::string key, Member member, const std::vector<std::string
 // The keys of the run, its status server, its roles and its environment, in the reference's order.
 std::vector<Field> run_fields() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  return {int_field(
-              "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
-              "seeds environments, action sampling and initial weights"),
-          int_field(
-              "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
-              "stop once this many environment steps reached the learners"),
-          int_field(
-              "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
-              "also stop after this many updates; 0 = no limit"),
-          string_field(
-              "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
-              "run directory: logs, effective config, per-rank stats"),
-          float_field(
-              "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
-              "seconds between progress lines"),
-          string_field(
-              "run.log_level", [](auto& c) -> auto& { return c.log_level; },
-              {"trace", "debug", "info", "warn", "error", "off"},
-              "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
-          float_field(
-              "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
-              "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
-              "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
-          int_field(
-              "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
-              "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
-          string_field(
-              "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
-              "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
-          int_field(
-              "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
-              "learner ranks (the lowest ranks); the other ranks act"),
-          string_field(
-              "env.name", [](auto& c) -> auto& { return c.env_name; }, {},
-              "a built-in environment (see docs/environments.md), or gym:<id> for any Gymnasium environment "
-              "(keyword arguments for gymnasium.make as env.kwargs.<name>: value)"),
-          string_field(
-              "env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {},
-              "path of an environment plugin; replaces env.name"),
-          int_field(
-              "env.num_envs", [](auto& c) -> auto& { return c.num_envs; }, 1, 65536,
-              "environments stepped together by each actor"),
-          string_field(
-              "env.observe", [](auto& c) -> auto& { return c.env_observe; }, {"all", "positions", "velocities"},
-              "the part of the observation the policy sees: all, or (MuJoCo environments) joint positions only "
-              "or velocities only, the partially observed variants"),
-          string_field(
-              "env.mujoco_model_dir", [](auto& c) -> auto& { return c.mujoco_model_dir; }, {},
-              "folder of Gymnasium's MuJoCo model XML files (gymnasium/envs/mujoco/assets); empty = the one "
-              "scripts/setup.sh found")};
+  return {
+      int_field(
+          "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
+          "seeds environments, action sampling and initial weights"),
+      int_field(
+          "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
+          "stop once this many environment steps reached the learners"),
+      int_field(
+          "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
+          "also stop after this many updates; 0 = no limit"),
+      string_field(
+          "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
+          "run directory: logs, effective config, per-rank stats"),
+      float_field(
+          "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
+          "seconds between progress lines"),
+      string_field(
+          "run.log_level", [](auto& c) -> auto& { return c.log_level; },
+          {"trace", "debug", "info", "warn", "error", "off"},
+          "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
+      float_field(
+          "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
+          "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
+          "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
+      int_field(
+          "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
+          "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
+      string_field(
+          "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
+          "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
+      int_field(
+          "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
+          "learner ranks (the lowest ranks); the other ranks act"),
+      string_field(
+          "env.name", [](auto& c) -> auto& { return c.env_name; }, {},
+          "a built-in environment (see docs/environments.md), or gym:<id> for any Gymnasium environment "
+          "(keyword arguments for gymnasium.make as env.kwargs.<name>: value)"),
+      string_field(
+          "env.plugin", [](auto& c) -> auto& { return c.env_plugin; }, {},
+          "path of an environment plugin; replaces env.name"),
+      int_field(
+          "env.num_envs", [](auto& c) -> auto& { return c.num_envs; }, 1, 65536,
+          "environments stepped together by each actor"),
+      string_field(
+          "env.observe", [](auto& c) -> auto& { return c.env_observe; }, {"all", "positions", "velocities"},
+          "the part of the observation the policy sees: all, or (MuJoCo environments) joint positions only "
+          "or velocities only, the partially observed variants"),
+      string_field(
+          "env.mujoco_model_dir", [](auto& c) -> auto& { return c.mujoco_model_dir; }, {},
+          "folder of Gymnasium's MuJoCo model XML files (gymnasium/envs/mujoco/assets); empty = the one "
+          "scripts/setup.sh found")};
 }
 
 // The keys of the policy, in the reference's order.

@@ -27,27 +27,27 @@ struct TrainConfig {
   std::string status_address = "127.0.0.1";
   int64_t learners = 1;  // learner ranks (the lowest ranks); the others act
   // env
-  std::string env_name = "CartPole-v1";       // a built-in environment
-  std::string env_plugin;                     // or a plugin shared library (overrides env.name)
-  int64_t num_envs = 16;                      // environments per actor
-  std::map<std::string, double> env_options;  // env.options.<name>: per-environment options
+  std::string env_name = "CartPole-v1";           // a built-in environment
+  std::string env_plugin;                         // or a plugin shared library (overrides env.name)
+  int64_t num_envs = 16;                          // environments per actor
+  std::map<std::string, double> env_options;      // env.options.<name>: per-environment options
   std::map<std::string, std::string> env_kwargs;  // env.kwargs.<name>: gymnasium.make's, for gym:<id>
-  std::string env_observe = "all";            // all, positions or velocities (MuJoCo environments)
-  std::string mujoco_model_dir;               // Gymnasium's model XML folder; empty: found at set-up
+  std::string env_observe = "all";                // all, positions or velocities (MuJoCo environments)
+  std::string mujoco_model_dir;                   // Gymnasium's model XML folder; empty: found at set-up
   // model
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
   int64_t num_heads = 4;
-  int64_t max_seq_len = 512;          // positions a context holds (segment) and the widest window
-  std::string positions = "learned";  // learned (the reference's table) or rotary
-  std::string context = "segment";    // segment: restart every max_seq_len - 1 steps; sliding: last W
-  int64_t attention_window = 0;       // sliding: W, the steps a step attends to; 0 = max_seq_len
-  int64_t dim_feedforward = 0;        // 0 = 4 * hidden_size
-  bool temporal_context = true;       // false: each step sees only its own observation
+  int64_t max_seq_len = 512;            // positions a context holds (segment) and the widest window
+  std::string positions = "learned";    // learned (the reference's table) or rotary
+  std::string context = "segment";      // segment: restart every max_seq_len - 1 steps; sliding: last W
+  int64_t attention_window = 0;         // sliding: W, the steps a step attends to; 0 = max_seq_len
+  int64_t dim_feedforward = 0;          // 0 = 4 * hidden_size
+  bool temporal_context = true;         // false: each step sees only its own observation
   bool normalize_observations = false;  // running mean/std of observations, part of the policy
   double observation_clip = 10;         // normalised observations are clipped to +-this
   bool normalize_rewards = false;       // rewards scaled by 1 / std of the discounted return
-  bool cuda_graphs = true;            // actors on CUDA replay the cached step from a CUDA graph
+  bool cuda_graphs = true;              // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;
   int64_t steps_per_update = 4096;        // env steps per update, over all learners

@@ -156,8 +156,8 @@ RankOutcome run_actor_rank(const RankResources& rank) {
   // episodes of the run they continue.
   const uint64_t seed =
       static_cast<uint64_t>(rank.config.seed) + static_cast<uint64_t>(rank.plan.resume_offset) * 1000003;
-  const std::unique_ptr<VectorEnv> env =
-      make_configured_vector_env(rank.config, rank.config.num_envs, seed * 7919 + static_cast<uint64_t>(rank.plan.rank));
+  const std::unique_ptr<VectorEnv> env = make_configured_vector_env(
+      rank.config, rank.config.num_envs, seed * 7919 + static_cast<uint64_t>(rank.plan.rank));
   ActorLoop loop(actor_loop_options(rank, seed), rank.transport, rank.model, *env, EpisodeCodec(rank.spec),
                  rank.logger);
   const ActorStats stats = loop.run();

@@ -1,9 +1,9 @@
 #include "learner/normalizer_statistics.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
-#include <ATen/TensorOperators.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
@@ -30,8 +30,8 @@ BatchMoments all_learner_moments(const at::Tensor& rows, Communicator& communica
     if (count == 0) return {0, at::zeros({features}, x.options()), at::zeros({features}, x.options())};
     return {count, x.mean(0), x.var(0, /*unbiased=*/false)};
   }
-  const at::Tensor count_and_sums =
-      sum_over_learners(at::cat({at::tensor({static_cast<double>(x.size(0))}, x.options()), x.sum(0)}), communicator);
+  const at::Tensor count_and_sums = sum_over_learners(
+      at::cat({at::tensor({static_cast<double>(x.size(0))}, x.options()), x.sum(0)}), communicator);
   const double count = count_and_sums[0].item<double>();
   if (count < 0.5) return {0, at::zeros({features}, x.options()), at::zeros({features}, x.options())};
   const at::Tensor mean = count_and_sums.slice(0, 1) / count;

@@ -17,7 +17,8 @@ namespace py = pybind11;
 namespace kvrl {
 namespace {
 
-constexpr const char* kInstallGymnasium = "pip install gymnasium (scripts/setup.sh installs it into ~/.cache/kvrl/venv)";
+constexpr const char* kInstallGymnasium =
+    "pip install gymnasium (scripts/setup.sh installs it into ~/.cache/kvrl/venv)";
 
 // The interpreter, started once and never finalised (NumPy cannot be re-initialised). Its
 // prefix is the Python the build embedded; KVRL_PYTHON names another interpreter (a venv's
@@ -96,21 +97,23 @@ SpaceMap map_space(const std::string& where, const py::handle& space, bool is_ac
       py::array_t<float> values = np.attr("asarray")(space.attr(name), "float32").attr("ravel")();
       return std::vector<float>(values.data(), values.data() + values.size());
     };
-    map.space = Space::box(map.shape.empty() ? std::vector<int64_t>{1} : map.shape, bound("low"), bound("high"));
+    map.space =
+        Space::box(map.shape.empty() ? std::vector<int64_t>{1} : map.shape, bound("low"), bound("high"));
     return map;
   }
   const bool discrete = py::isinstance(space, spaces.attr("Discrete"));
   if (discrete || py::isinstance(space, spaces.attr("MultiDiscrete"))) {
     map.kind = discrete ? SpaceMap::Kind::kDiscrete : SpaceMap::Kind::kMultiDiscrete;
     py::module_ np = py::module_::import("numpy");
-    py::array_t<int64_t> nvec = np.attr("asarray")(discrete ? space.attr("n") : space.attr("nvec"), "int64")
-                                    .attr("ravel")();
+    py::array_t<int64_t> nvec =
+        np.attr("asarray")(discrete ? space.attr("n") : space.attr("nvec"), "int64").attr("ravel")();
     map.choices.assign(nvec.data(), nvec.data() + nvec.size());
     if (discrete) map.start = space.attr("start").cast<int64_t>();
     if (!discrete && py::array(space.attr("start")).attr("any")().cast<bool>()) {
       throw InvalidArgumentError(where + ": a MultiDiscrete space with a nonzero start is not supported");
     }
-    const int64_t product = std::accumulate(map.choices.begin(), map.choices.end(), int64_t{1}, std::multiplies<>());
+    const int64_t product =
+        std::accumulate(map.choices.begin(), map.choices.end(), int64_t{1}, std::multiplies<>());
     const int64_t one_hot = std::accumulate(map.choices.begin(), map.choices.end(), int64_t{0});
     if (is_action) {
       if (product > (int64_t{1} << 20)) {
@@ -123,8 +126,8 @@ SpaceMap map_space(const std::string& where, const py::handle& space, bool is_ac
     }
     return map;
   }
-  throw InvalidArgumentError(where + ": its " + std::string(is_action ? "action" : "observation") + " space " +
-                             py::repr(space).cast<std::string>() +
+  throw InvalidArgumentError(where + ": its " + std::string(is_action ? "action" : "observation") +
+                             " space " + py::repr(space).cast<std::string>() +
                              " is not supported (supported: Box of any shape, Discrete, MultiDiscrete)");
 }
 
@@ -132,15 +135,18 @@ SpaceMap map_space(const std::string& where, const py::handle& space, bool is_ac
 void write_observations(const SpaceMap& map, const py::handle& batch, int64_t rows, float* out) {
   const int64_t width = map.space.flat_size();
   if (map.kind == SpaceMap::Kind::kBox) {
-    py::array_t<float, py::array::c_style | py::array::forcecast> values(py::reinterpret_borrow<py::object>(batch));
+    py::array_t<float, py::array::c_style | py::array::forcecast> values(
+        py::reinterpret_borrow<py::object>(batch));
     if (values.size() != rows * width) {
-      throw EnvironmentError("an observation of " + std::to_string(values.size() / std::max<int64_t>(rows, 1)) +
+      throw EnvironmentError("an observation of " +
+                             std::to_string(values.size() / std::max<int64_t>(rows, 1)) +
                              " values does not fit its space of " + std::to_string(width));
     }
     std::copy(values.data(), values.data() + values.size(), out);
     return;
   }
-  py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices(py::reinterpret_borrow<py::object>(batch));
+  py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices(
+      py::reinterpret_borrow<py::object>(batch));
   const auto parts = static_cast<int64_t>(map.choices.size());
   std::fill(out, out + rows * width, 0.0f);
   for (int64_t row = 0; row < rows; ++row) {
@@ -172,7 +178,8 @@ py::object gym_actions(const SpaceMap& map, const float* actions, int64_t rows, 
       index /= map.choices[part];
     }
   }
-  if (map.kind == SpaceMap::Kind::kMultiDiscrete) return batched ? py::object(indices) : py::object(indices[py::int_(0)]);
+  if (map.kind == SpaceMap::Kind::kMultiDiscrete)
+    return batched ? py::object(indices) : py::object(indices[py::int_(0)]);
   py::object flat = indices.attr("reshape")(rows);
   return batched ? flat : py::int_(flat[py::int_(0)].cast<int64_t>());
 }
@@ -182,13 +189,17 @@ py::dict python_kwargs(const GymKwargs& kwargs) {
   py::dict out;
   for (const auto& [key, text] : kwargs) {
     py::object value = py::str(text);
-    if (text == "true" || text == "True") value = py::bool_(true);
-    else if (text == "false" || text == "False") value = py::bool_(false);
-    else if (text == "null" || text == "None") value = py::none();
+    if (text == "true" || text == "True")
+      value = py::bool_(true);
+    else if (text == "false" || text == "False")
+      value = py::bool_(false);
+    else if (text == "null" || text == "None")
+      value = py::none();
     else {
       char* end = nullptr;
       const long long integer = std::strtoll(text.c_str(), &end, 10);
-      if (!text.empty() && *end == '\0') value = py::int_(integer);
+      if (!text.empty() && *end == '\0')
+        value = py::int_(integer);
       else {
         const double number = std::strtod(text.c_str(), &end);
         if (!text.empty() && *end == '\0') value = py::float_(number);
@@ -275,7 +286,8 @@ class GymVectorEnv : public VectorEnv {
     try {
       py::dict vector_kwargs;
       vector_kwargs["autoreset_mode"] = gym.attr("vector").attr("AutoresetMode").attr("SAME_STEP");
-      envs_.set(gym.attr("make_vec")(id, py::arg("num_envs") = num_envs, py::arg("vectorization_mode") = "sync",
+      envs_.set(gym.attr("make_vec")(id, py::arg("num_envs") = num_envs,
+                                     py::arg("vectorization_mode") = "sync",
                                      py::arg("vector_kwargs") = vector_kwargs, **python_kwargs(kwargs)));
       observation_ = map_space(name_, envs_.attr("single_observation_space"), false);
       action_ = map_space(name_, envs_.attr("single_action_space"), true);
@@ -317,7 +329,8 @@ class GymVectorEnv : public VectorEnv {
         is_init_[i] = terminated_[i] || truncated_[i];
         if (is_init_[i]) {
           const int64_t width = observation_size();
-          write_observations(observation_, info["final_obs"][py::int_(i)], 1, final_observations_.data() + i * width);
+          write_observations(observation_, info["final_obs"][py::int_(i)], 1,
+                             final_observations_.data() + i * width);
         }
       }
     } catch (const py::error_already_set& error) {
@@ -345,6 +358,7 @@ VectorEnv* make_vector_env(const std::string& id, const GymKwargs& kwargs, int64
 }  // namespace kvrl
 
 extern "C" __attribute__((visibility("default"))) const kvrl::GymBridgeInfo* kvrl_gym_bridge_v1() {
-  static const kvrl::GymBridgeInfo info{kvrl::kGymBridgeAbiVersion, kvrl::make_environment, kvrl::make_vector_env};
+  static const kvrl::GymBridgeInfo info{kvrl::kGymBridgeAbiVersion, kvrl::make_environment,
+                                        kvrl::make_vector_env};
   return &info;
 }

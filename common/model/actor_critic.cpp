@@ -1,9 +1,9 @@
 #include "common/model/actor_critic.h"
 
+#include <ATen/ops/full.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/normal.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/zeros.h>
@@ -39,8 +39,8 @@ ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) 
   }
   if (options.normalize_observations) {
     if (!(options.observation_clip > 0)) {
-      throw InvalidArgumentError("ActorCritic: observation_clip (" + std::to_string(options.observation_clip) +
-                                 ") must be > 0");
+      throw InvalidArgumentError("ActorCritic: observation_clip (" +
+                                 std::to_string(options.observation_clip) + ") must be > 0");
     }
     observation_moments_ = register_moments("observation", *options.transformer.input_size);
   }

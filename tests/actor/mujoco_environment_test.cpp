@@ -14,7 +14,8 @@ namespace {
 #define SKIP_WITHOUT_MUJOCO() \
   if (!mujoco_available()) GTEST_SKIP() << "built without the MuJoCo C library"
 
-std::unique_ptr<Environment> make_locomotion(const std::string& name, ObservedPart observe = ObservedPart::kAll,
+std::unique_ptr<Environment> make_locomotion(const std::string& name,
+                                             ObservedPart observe = ObservedPart::kAll,
                                              const EnvOptions& options = {}) {
   EnvironmentRequest request;
   request.name = name;
@@ -55,7 +56,8 @@ TEST(MujocoEnvironment, PartiallyObservedVariantsKeepPositionsOrVelocities) {
   b.reset();
   const std::vector<float> action{0.3f, -0.2f, 0.1f, 0.5f, -0.4f, 0.0f};
   for (int t = 0; t < 20; ++t) {
-    ASSERT_EQ(std::vector<float>(a.observations().begin(), a.observations().begin() + 8), b.observations()) << t;
+    ASSERT_EQ(std::vector<float>(a.observations().begin(), a.observations().begin() + 8), b.observations())
+        << t;
     a.step(action);
     b.step(action);
   }

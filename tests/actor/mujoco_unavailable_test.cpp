@@ -1,5 +1,6 @@
-// The environment registry of a build without the MuJoCo C library: the MuJoCo names are
-// known, asking for one says how to get MuJoCo, and everything else works as before.
+// The environment registry of a build without the MuJoCo C library or the Gymnasium
+// bridge: the MuJoCo names are known, asking for one (or for a gym: id) says how to get
+// it, and everything else works as before.
 #include <gtest/gtest.h>
 
 #include "actor/env_registry.h"
@@ -16,10 +17,26 @@ TEST(WithoutMujoco, AskingForALocomotionTaskSaysHowToGetMujoco) {
       FAIL() << name << " must be refused without MuJoCo";
     } catch (const InvalidArgumentError& error) {
       const std::string message = error.what();
-      EXPECT_NE(message.find(name + " needs the MuJoCo C library, which this build did not find"), std::string::npos)
+      EXPECT_NE(message.find(name + " needs the MuJoCo C library, which this build did not find"),
+                std::string::npos)
           << message;
       EXPECT_NE(message.find("run scripts/setup.sh"), std::string::npos) << message;
     }
+  }
+}
+
+TEST(WithoutGymBridge, AGymIdSaysHowToGetTheBridge) {
+  try {
+    make_environment("gym:CartPole-v1", {});
+    FAIL() << "a gym: id must be refused without the bridge";
+  } catch (const InvalidArgumentError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(
+        message.find("gym:CartPole-v1: gym: environments need the Gymnasium bridge, which this build did "
+                     "not include"),
+        std::string::npos)
+        << message;
+    EXPECT_NE(message.find("run scripts/setup.sh"), std::string::npos) << message;
   }
 }
 

@@ -112,7 +112,8 @@ TEST(ObservationNormalization, EveryPathNormalizesAlike) {
   }
   // New weights, the context rebuilt from the raw observations so far: the steps go on
   // as the window does.
-  normalized.mark_weight_update_keeping_context(observations.narrow(1, 0, 3), torch::full({2}, 3, torch::kLong));
+  normalized.mark_weight_update_keeping_context(observations.narrow(1, 0, 3),
+                                                torch::full({2}, 3, torch::kLong));
   for (int64_t t = 3; t < 6; ++t) {
     const PolicyStep step =
         normalized.act(observations.select(1, t), is_init.select(1, t), generator, /*greedy=*/true);

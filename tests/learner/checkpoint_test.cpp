@@ -124,11 +124,13 @@ TEST_F(CheckpointTest, RestoresTheNormalizersStatistics) {
   write_checkpoint(path, *trained, progress_at(2), "model.normalize_observations: true\n");
   auto fresh = make_normalized(2);
   read_checkpoint(path, *fresh);
-  for (const char* name : {"observation_mean", "observation_var", "observation_count", "return_var", "return_count"}) {
+  for (const char* name :
+       {"observation_mean", "observation_var", "observation_count", "return_var", "return_count"}) {
     const at::Tensor saved = trained->model().named_parameters()[name];
     EXPECT_TRUE(torch::equal(fresh->model().named_parameters()[name], saved)) << name;
   }
-  EXPECT_NEAR(fresh->model().observation_moments().count.item<double>(), 24, 1e-3) << "two batches of 12 steps";
+  EXPECT_NEAR(fresh->model().observation_moments().count.item<double>(), 24, 1e-3)
+      << "two batches of 12 steps";
 }
 
 // A learner-only replay: updates 1..7 on batches that differ per update, under a linear

@@ -41,7 +41,8 @@ std::vector<Episode> acted_by(ActorCritic& model, int64_t version) {
     for (int64_t t = 0; t < e.length(); ++t) {
       const at::Tensor observation =
           torch::from_blob(e.observations.data() + 2 * t, {1, 2}, torch::kFloat).clone() * 10 + 3;
-      std::copy(observation.data_ptr<float>(), observation.data_ptr<float>() + 2, e.observations.data() + 2 * t);
+      std::copy(observation.data_ptr<float>(), observation.data_ptr<float>() + 2,
+                e.observations.data() + 2 * t);
       const PolicyStep step = model.act(observation, torch::full({1}, t == 0, torch::kBool), generator);
       e.actions[t] = step.actions[0][0].item<float>();
       e.behaviour_log_probs[t] = step.log_probs[0].item<float>();
@@ -67,7 +68,8 @@ TEST(NormalizerStatistics, AnUpdateTrainsWithTheActingStatisticsThenMergesTheBat
     EXPECT_LT(stats.same_version_max_value_error, 1e-5) << version;
     // Then the batch's 13 step observations were merged in.
     RunningMoments expected{mean_before.clone(), var_before.clone(), torch::full({1}, count_before)};
-    expected.merge(all_learner_moments(step_observations(episodes, 2), *std::make_shared<LocalCommunicator>()));
+    expected.merge(
+        all_learner_moments(step_observations(episodes, 2), *std::make_shared<LocalCommunicator>()));
     EXPECT_TRUE(torch::allclose(model.observation_moments().mean, expected.mean, 1e-6, 1e-6)) << version;
     EXPECT_TRUE(torch::allclose(model.observation_moments().var, expected.var, 1e-5, 1e-6)) << version;
     EXPECT_NEAR(model.observation_moments().count.item<double>(), count_before + 13, 1e-3);
@@ -102,13 +104,15 @@ TEST(NormalizerStatistics, RewardNormalizationMakesUpdatesScaleFree) {
     if (name.rfind("return_", 0) == 0) continue;  // the statistics themselves scale
     EXPECT_TRUE(torch::allclose(item.value(), b[name], 1e-4, 1e-5)) << name;
   }
-  EXPECT_NEAR(large->model().return_moments().var.item<double>() / small->model().return_moments().var.item<double>(),
-              1e6, 1e6 * 1e-4);
+  EXPECT_NEAR(
+      large->model().return_moments().var.item<double>() / small->model().return_moments().var.item<double>(),
+      1e6, 1e6 * 1e-4);
   // Without it the larger rewards train other weights.
   ActorCriticOptions plain = normalized_model();
   plain.normalize_rewards = false;
   torch::manual_seed(7);
-  Learner unnormalized(std::make_shared<ActorCritic>(plain), LearnerOptions{}, std::make_shared<LocalCommunicator>());
+  Learner unnormalized(std::make_shared<ActorCritic>(plain), LearnerOptions{},
+                       std::make_shared<LocalCommunicator>());
   torch::manual_seed(7);
   Learner unnormalized_large(std::make_shared<ActorCritic>(plain), LearnerOptions{},
                              std::make_shared<LocalCommunicator>());
@@ -117,7 +121,8 @@ TEST(NormalizerStatistics, RewardNormalizationMakesUpdatesScaleFree) {
   unnormalized.update(batch);
   unnormalized_large.update(batch_large);
   EXPECT_FALSE(torch::allclose(unnormalized.model().named_parameters()["value_head.weight"],
-                               unnormalized_large.model().named_parameters()["value_head.weight"], 1e-4, 1e-5));
+                               unnormalized_large.model().named_parameters()["value_head.weight"], 1e-4,
+                               1e-5));
 }
 
 }  // namespace
