@@ -146,7 +146,9 @@ void check_gym_request(const EnvironmentRequest& request) {
         "among them), not env.options");
   }
   if (request.locomotion.observe != ObservedPart::kAll) {
-    throw InvalidArgumentError("env.observe: " + request.name + " observes all of its observation");
+    throw InvalidArgumentError("env.observe: " + request.name +
+                               " observes all of its observation, so env.observe "
+                               "must stay all");
   }
 }
 

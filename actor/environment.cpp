@@ -42,22 +42,25 @@ void Environment::set_state(std::span<const double>, std::span<float>) {
 }
 
 void Environment::check_action(std::span<const float> action) const {
-  const Space& space = action_space();
+  check_action_in_space(name(), action_space(), action);
+}
+
+void check_action_in_space(const std::string& env, const Space& space, std::span<const float> action) {
   if (static_cast<int64_t>(action.size()) != space.flat_size()) {
-    throw InvalidArgumentError(name() + ": action has " + std::to_string(action.size()) +
+    throw InvalidArgumentError(env + ": action has " + std::to_string(action.size()) +
                                " values, the action space " + space.describe() + " needs " +
                                std::to_string(space.flat_size()));
   }
   if (space.is_discrete()) {
     const float index = action[0];
     if (!(index >= 0 && index < static_cast<float>(space.n)) || index != std::floor(index)) {
-      throw InvalidArgumentError(name() + ": action " + std::to_string(index) + " is not in " +
+      throw InvalidArgumentError(env + ": action " + std::to_string(index) + " is not in " +
                                  space.describe());
     }
     return;
   }
   for (float value : action) {
-    if (!std::isfinite(value)) throw InvalidArgumentError(name() + ": action holds a non-finite value");
+    if (!std::isfinite(value)) throw InvalidArgumentError(env + ": action holds a non-finite value");
   }
 }
 

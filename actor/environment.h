@@ -23,6 +23,11 @@ struct StepResult {
   bool truncated = false;   // cut short by the time limit: bootstrap from the last state
 };
 
+// Throws InvalidArgumentError, naming `env`, unless `action` is in `space`: the right
+// number of values; a whole index below n (discrete); finite values (a box, whose bounds
+// the environment enforces by clipping, as Gymnasium's do).
+void check_action_in_space(const std::string& env, const Space& space, std::span<const float> action);
+
 class Environment {
  public:
   virtual ~Environment() = default;

@@ -47,7 +47,7 @@ const GymBridgeInfo& bridge(const std::string& name) {
 }
 
 std::string gym_id(const std::string& name) {
-  const std::string id = name.substr(std::string(kGymPrefix).size());
+  std::string id = name.substr(std::string(kGymPrefix).size());
   if (id.empty())
     throw InvalidArgumentError("env.name '" + name +
                                "' names no Gymnasium id (gym:<id>, e.g. gym:CartPole-v1)");

@@ -72,21 +72,15 @@ bool ant_healthy(const mjModel& model, const mjData& data) {
 // directory: an actor rank writes no files there.
 void print_mujoco_warning(const char* message) { std::fprintf(stderr, "MuJoCo warning: %s\n", message); }
 
+// Hopper's and Walker2d's options alike: Gymnasium gives both the same defaults.
+EnvOptions planar_walker_defaults() {
+  return {{"frame_skip", 4},       {"forward_reward_weight", 1.0},  {"ctrl_cost_weight", 1e-3},
+          {"healthy_reward", 1.0}, {"terminate_when_unhealthy", 1}, {"reset_noise_scale", 5e-3}};
+}
+
 const LocomotionTask& task_named(const std::string& name) {
   static const std::map<std::string, LocomotionTask> tasks{
-      {"Hopper-v5",
-       {"hopper.xml",
-        1,
-        10.0,
-        false,
-        false,
-        hopper_healthy,
-        {{"frame_skip", 4},
-         {"forward_reward_weight", 1.0},
-         {"ctrl_cost_weight", 1e-3},
-         {"healthy_reward", 1.0},
-         {"terminate_when_unhealthy", 1},
-         {"reset_noise_scale", 5e-3}}}},
+      {"Hopper-v5", {"hopper.xml", 1, 10.0, false, false, hopper_healthy, planar_walker_defaults()}},
       {"HalfCheetah-v5",
        {"half_cheetah.xml",
         1,
@@ -98,19 +92,7 @@ const LocomotionTask& task_named(const std::string& name) {
          {"forward_reward_weight", 1.0},
          {"ctrl_cost_weight", 0.1},
          {"reset_noise_scale", 0.1}}}},
-      {"Walker2d-v5",
-       {"walker2d_v5.xml",
-        1,
-        10.0,
-        false,
-        false,
-        walker_healthy,
-        {{"frame_skip", 4},
-         {"forward_reward_weight", 1.0},
-         {"ctrl_cost_weight", 1e-3},
-         {"healthy_reward", 1.0},
-         {"terminate_when_unhealthy", 1},
-         {"reset_noise_scale", 5e-3}}}},
+      {"Walker2d-v5", {"walker2d_v5.xml", 1, 10.0, false, false, walker_healthy, planar_walker_defaults()}},
       {"Ant-v5",
        {"ant.xml",
         2,
@@ -222,14 +204,18 @@ class LocomotionEnvironment : public Environment {
         terminate_when_unhealthy_(options.count("terminate_when_unhealthy") &&
                                   flag_option(name_, options, "terminate_when_unhealthy")),
         reset_noise_scale_(finite_option(name_, options, "reset_noise_scale")) {
+    if (reset_noise_scale_ < 0) {
+      throw InvalidArgumentError(name_ + ": option reset_noise_scale (" + std::to_string(reset_noise_scale_) +
+                                 ") must be >= 0");
+    }
     load_model(model_path(name_, task_, settings.model_dir));
     init_qpos_.assign(model_->qpos0, model_->qpos0 + model_->nq);
     observation_space_ = Space::box({observed_size()}, std::vector<float>(observed_size(), -kInf),
                                     std::vector<float>(observed_size(), kInf));
     std::vector<float> low(model_->nu), high(model_->nu);
     for (int i = 0; i < model_->nu; ++i) {
-      low[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i]);
-      high[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i + 1]);
+      low[i] = static_cast<float>(model_->actuator_ctrlrange[2 * static_cast<ptrdiff_t>(i)]);
+      high[i] = static_cast<float>(model_->actuator_ctrlrange[2 * static_cast<ptrdiff_t>(i) + 1]);
     }
     action_space_ = Space::box({model_->nu}, std::move(low), std::move(high));
   }
@@ -306,7 +292,9 @@ class LocomotionEnvironment : public Environment {
   }
 
   // Ant measures its torso's position in the world frame; the planar walkers their root x.
-  double x_position() const { return task_.contact_forces ? data_->xpos[3 * kAntMainBody] : data_->qpos[0]; }
+  double x_position() const {
+    return task_.contact_forces ? data_->xpos[ptrdiff_t{3} * kAntMainBody] : data_->qpos[0];
+  }
 
   int64_t observed_size() const {
     const int64_t positions = model_->nq - task_.skipped_positions;

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"env\": \"%s\", \"envs\": %lld, \"env_steps\": %lld, \"seconds\": %.6f, \"steps_per_s\": %.1f}\n",
         config.env.c_str(), static_cast<long long>(config.envs),
-        static_cast<long long>(vector_steps * config.envs), seconds,
+        static_cast<long long>(vector_steps) * config.envs, seconds,
         static_cast<double>(vector_steps * config.envs) / seconds);
     return 0;
   } catch (const std::exception& error) {

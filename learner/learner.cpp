@@ -139,15 +139,15 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes, int64_t policy
   // As Gymnasium's NormalizeReward: the batch's returns count before its rewards are scaled.
   if (policy.normalize_rewards) {
     model_->return_moments().merge(
-        all_learner_moments(discounted_returns(episodes, options_.gamma), *communicator_));
+        all_learner_moments(discounted_returns(episodes, options_.gamma), *communicator_, device()));
   }
   UpdateStats stats = options_.algorithm == "ppo" ? update_ppo(episodes, policy_version)
                                                   : update_vtrace(episodes, policy_version);
   // After the update, so that the batch was trained on with the normaliser it was acted
   // with; the next version's weights carry the new statistics.
   if (policy.normalize_observations) {
-    model_->observation_moments().merge(
-        all_learner_moments(step_observations(episodes, *policy.transformer.input_size), *communicator_));
+    model_->observation_moments().merge(all_learner_moments(
+        step_observations(episodes, *policy.transformer.input_size), *communicator_, device()));
   }
   stats.skipped = skipped_this_update_;
   inject_nonfinite_loss_ = false;

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
@@ -37,7 +38,13 @@ void start_python() {
     PyConfig_Clear(&config);
     throw InvalidArgumentError("cannot configure the embedded Python for '" + executable + "'");
   }
-  py::initialize_interpreter(&config, 0, nullptr, /*add_program_dir_to_path=*/false);
+  try {
+    py::initialize_interpreter(&config, 0, nullptr, /*add_program_dir_to_path=*/false);
+  } catch (const std::exception& error) {
+    throw InvalidArgumentError(
+        "cannot start the embedded Python as '" + executable + "' (" + error.what() +
+        "): set KVRL_PYTHON to a Python 3 executable whose site-packages hold gymnasium");
+  }
   // Every use takes the GIL (gil_scoped_acquire), from whichever thread it runs on.
   PyEval_SaveThread();
 }
@@ -75,8 +82,12 @@ class PythonHandle {
   PythonHandle& operator=(const PythonHandle&) = delete;
   ~PythonHandle() {
     if (!object_) return;
-    py::gil_scoped_acquire gil;
-    object_ = py::object();
+    try {
+      py::gil_scoped_acquire gil;
+      object_ = py::object();
+    } catch (const std::exception&) {
+      object_.release();  // no interpreter to give it back to (the process is ending): let it go
+    }
   }
   void set(py::object object) { object_ = std::move(object); }
   py::object attr(const char* name) const { return object_.attr(name); }
@@ -185,28 +196,32 @@ py::object gym_actions(const SpaceMap& map, const float* actions, int64_t rows, 
 }
 
 // env.kwargs text as Python values: int, float, bool, None or str.
+bool is_decimal_integer(const std::string& text) {
+  const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  return text.size() > sign && text.find_first_not_of("0123456789", sign) == std::string::npos;
+}
+
+// A decimal, finite float: "inf", "nan" and hexadecimal stay strings.
+std::optional<double> decimal_float(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789+-.eE") != std::string::npos) return std::nullopt;
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(number)) return std::nullopt;
+  return number;
+}
+
+py::object python_value(const std::string& text) {
+  if (text == "true" || text == "True") return py::bool_(true);
+  if (text == "false" || text == "False") return py::bool_(false);
+  if (text == "null" || text == "None") return py::none();
+  if (is_decimal_integer(text)) return py::module_::import("builtins").attr("int")(text);  // exact, any size
+  if (const std::optional<double> number = decimal_float(text)) return py::float_(*number);
+  return py::str(text);
+}
+
 py::dict python_kwargs(const GymKwargs& kwargs) {
   py::dict out;
-  for (const auto& [key, text] : kwargs) {
-    py::object value = py::str(text);
-    if (text == "true" || text == "True")
-      value = py::bool_(true);
-    else if (text == "false" || text == "False")
-      value = py::bool_(false);
-    else if (text == "null" || text == "None")
-      value = py::none();
-    else {
-      char* end = nullptr;
-      const long long integer = std::strtoll(text.c_str(), &end, 10);
-      if (!text.empty() && *end == '\0')
-        value = py::int_(integer);
-      else {
-        const double number = std::strtod(text.c_str(), &end);
-        if (!text.empty() && *end == '\0') value = py::float_(number);
-      }
-    }
-    out[py::str(key)] = value;
-  }
+  for (const auto& [key, text] : kwargs) out[py::str(key)] = python_value(text);
   return out;
 }
 
@@ -315,6 +330,11 @@ class GymVectorEnv : public VectorEnv {
 
   void step(std::span<const float> actions) override {
     check_action_count(actions);
+    const auto width = static_cast<size_t>(action_size());
+    for (int64_t i = 0; i < num_envs(); ++i) {
+      check_action_in_space(name_ + " (environment " + std::to_string(i) + ")", action_space(),
+                            actions.subspan(static_cast<size_t>(i) * width, width));
+    }
     py::gil_scoped_acquire gil;
     try {
       py::tuple result = envs_.attr("step")(gym_actions(action_, actions.data(), num_envs(), true));

@@ -67,6 +67,7 @@ TEST(MujocoEnvironment, ResetsBySeedAndRestartsEndedEpisodes) {
   SKIP_WITHOUT_MUJOCO();
   auto make_vector = [](uint64_t seed) {
     std::vector<std::unique_ptr<Environment>> envs;
+    envs.reserve(3);
     for (int i = 0; i < 3; ++i) envs.push_back(make_locomotion("Hopper-v5"));
     return NativeVectorEnv(std::move(envs), seed);
   };
@@ -77,11 +78,11 @@ TEST(MujocoEnvironment, ResetsBySeedAndRestartsEndedEpisodes) {
   EXPECT_EQ(a.observations(), b.observations());
   EXPECT_NE(a.observations(), c.observations());
   // Full thrust on every joint topples the hopper within a few hundred steps.
-  const std::vector<float> thrust(3 * 3, 1.0f);
+  const std::vector<float> thrust(size_t{3} * 3, 1.0f);
   int terminations = 0;
   for (int t = 0; t < 400 && terminations == 0; ++t) {
     a.step(thrust);
-    for (int i = 0; i < 3; ++i) {
+    for (size_t i = 0; i < 3; ++i) {
       if (!a.terminated()[i]) continue;
       ++terminations;
       EXPECT_TRUE(a.is_init()[i]);

@@ -155,7 +155,8 @@ TEST(NormalizerStatisticsOverMpi, EqualTheMomentsOfEveryLearnersRowsTogether_MPI
   std::vector<at::Tensor> everyone;
   for (int rank = 0; rank < size; ++rank) everyone.push_back(rows_of(rank));
   const at::Tensor all = torch::cat(everyone);
-  const BatchMoments moments = all_learner_moments(rows_of(world_rank()).to(torch::kFloat), communicator);
+  const BatchMoments moments =
+      all_learner_moments(rows_of(world_rank()).to(torch::kFloat), communicator, torch::kCPU);
   EXPECT_DOUBLE_EQ(moments.count, static_cast<double>(all.size(0)));
   EXPECT_TRUE(torch::allclose(moments.mean, all.mean(0), 1e-6, 1e-4)) << moments.mean - all.mean(0);
   EXPECT_TRUE(torch::allclose(moments.var, all.var(0, /*unbiased=*/false), 1e-5, 1e-4))

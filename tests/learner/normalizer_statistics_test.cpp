@@ -68,12 +68,20 @@ TEST(NormalizerStatistics, AnUpdateTrainsWithTheActingStatisticsThenMergesTheBat
     EXPECT_LT(stats.same_version_max_value_error, 1e-5) << version;
     // Then the batch's 13 step observations were merged in.
     RunningMoments expected{mean_before.clone(), var_before.clone(), torch::full({1}, count_before)};
-    expected.merge(
-        all_learner_moments(step_observations(episodes, 2), *std::make_shared<LocalCommunicator>()));
+    expected.merge(all_learner_moments(step_observations(episodes, 2), *std::make_shared<LocalCommunicator>(),
+                                       c10::Device(c10::kCPU)));
     EXPECT_TRUE(torch::allclose(model.observation_moments().mean, expected.mean, 1e-6, 1e-6)) << version;
     EXPECT_TRUE(torch::allclose(model.observation_moments().var, expected.var, 1e-5, 1e-6)) << version;
     EXPECT_NEAR(model.observation_moments().count.item<double>(), count_before + 13, 1e-3);
   }
+}
+
+TEST(NormalizerStatistics, RowsWithANonFiniteValueAreLeftOut) {
+  const at::Tensor rows = torch::tensor({{1.0f, 2.0f}, {NAN, 0.0f}, {3.0f, INFINITY}, {5.0f, 4.0f}});
+  const BatchMoments moments = all_learner_moments(rows, *std::make_shared<LocalCommunicator>(), torch::kCPU);
+  EXPECT_EQ(moments.count, 2);
+  EXPECT_TRUE(torch::allclose(moments.mean, torch::tensor({3.0, 3.0}, torch::kDouble)));
+  EXPECT_TRUE(torch::allclose(moments.var, torch::tensor({4.0, 1.0}, torch::kDouble)));
 }
 
 TEST(NormalizerStatistics, DiscountedReturnsRestartWithEachPiece) {
