@@ -388,4 +388,29 @@ MUTATIONS = [
         bug="a Gaussian policy's log-probability adds log(std) instead of subtracting it",
         catchers=("learner_targets",),
     ),
+    # --- Issue #20: normalisation, MuJoCo, the Gymnasium bridge ----------------------------
+    Mutation(
+        id="actors-act-unnormalized",
+        file="common/model/actor_critic.cpp",
+        find="const at::Tensor features = trunk_->step(trunk_input(observations), context_flags(is_init));",
+        replace="const at::Tensor features = trunk_->step(observations, context_flags(is_init));",
+        bug="the cached step (the actors') skips the observation normaliser the learner's window applies",
+        catchers=("common_test", "learner_test"),
+    ),
+    Mutation(
+        id="mujoco-velocities-unclipped",
+        file="actor/mujoco_locomotion.cpp",
+        find="*out++ = static_cast<float>(std::clamp(data_->qvel[i], -clip, clip));",
+        replace="*out++ = static_cast<float>(data_->qvel[i]);",
+        bug="Hopper and Walker2d observe their velocities unclipped (Gymnasium v5 clips them to +-10)",
+        catchers=("conformance",),
+    ),
+    Mutation(
+        id="gym-multidiscrete-first-component-fastest",
+        file="actor/gym/gym_bridge_module.cpp",
+        find="for (int64_t part = parts - 1; part >= 0; --part) {",
+        replace="for (int64_t part = 0; part < parts; ++part) {",
+        bug="the bridge decodes a MultiDiscrete action index with the first component varying fastest",
+        catchers=("gym_bridge",),
+    ),
 ]
