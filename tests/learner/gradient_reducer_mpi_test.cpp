@@ -153,6 +153,7 @@ TEST(NormalizerStatisticsOverMpi, EqualTheMomentsOfEveryLearnersRowsTogether_MPI
     return (torch::randn({count, 5}) * (1 + rank) + 100 * rank).to(torch::kDouble);
   };
   std::vector<at::Tensor> everyone;
+  everyone.reserve(static_cast<size_t>(size));
   for (int rank = 0; rank < size; ++rank) everyone.push_back(rows_of(rank));
   const at::Tensor all = torch::cat(everyone);
   const BatchMoments moments =
