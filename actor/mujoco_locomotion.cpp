@@ -218,6 +218,8 @@ class LocomotionEnvironment : public Environment {
       high[i] = static_cast<float>(model_->actuator_ctrlrange[2 * static_cast<ptrdiff_t>(i) + 1]);
     }
     action_space_ = Space::box({model_->nu}, std::move(low), std::move(high));
+    action_squares_.resize(static_cast<size_t>(model_->nu));
+    if (task_.contact_forces) force_squares_.resize(6 * static_cast<size_t>(model_->nbody));
   }
 
   std::string name() const override { return name_; }
@@ -265,9 +267,9 @@ class LocomotionEnvironment : public Environment {
     const bool healthy = task_.healthy == nullptr || task_.healthy(*model_, *data_);
     // Gymnasium sums the float32 action's squares in float32 and, under NumPy 2's
     // promotion rules, keeps the product with the weight in float32 too.
-    std::vector<float> squares(action.size());
-    std::transform(action.begin(), action.end(), squares.begin(), [](float a) { return a * a; });
-    const float ctrl_cost = static_cast<float>(ctrl_cost_weight_) * numpy_sum(squares.data(), squares.size());
+    std::transform(action.begin(), action.end(), action_squares_.begin(), [](float a) { return a * a; });
+    const float ctrl_cost =
+        static_cast<float>(ctrl_cost_weight_) * numpy_sum(action_squares_.data(), action_squares_.size());
     double costs = ctrl_cost;
     if (task_.contact_forces) costs += contact_cost_weight_ * contact_force_squares();
     const double rewards = forward_reward_weight_ * x_velocity + (healthy ? healthy_reward_ : 0.0);
@@ -329,13 +331,12 @@ class LocomotionEnvironment : public Environment {
   }
 
   // Sum of the squared clipped external forces of every body, the world's included.
-  double contact_force_squares() const {
-    std::vector<double> squares(6 * static_cast<size_t>(model_->nbody));
-    for (size_t i = 0; i < squares.size(); ++i) {
+  double contact_force_squares() {
+    for (size_t i = 0; i < force_squares_.size(); ++i) {
       const double force = std::clamp(data_->cfrc_ext[i], -1.0, 1.0);
-      squares[i] = force * force;
+      force_squares_[i] = force * force;
     }
-    return numpy_sum(squares.data(), squares.size());
+    return numpy_sum(force_squares_.data(), force_squares_.size());
   }
 
   static constexpr int kAntMainBody = 1;  // the torso
@@ -351,6 +352,9 @@ class LocomotionEnvironment : public Environment {
   std::unique_ptr<mjModel, ModelDeleter> model_;
   std::unique_ptr<mjData, DataDeleter> data_;
   std::vector<double> init_qpos_;
+  // Scratch for the costs' sums, sized once: the step allocates nothing.
+  std::vector<float> action_squares_;
+  std::vector<double> force_squares_;
   std::mt19937_64 rng_;
   Space observation_space_, action_space_;
 };

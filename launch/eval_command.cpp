@@ -48,19 +48,23 @@ struct PlayedEpisodes {
   std::vector<std::vector<double>> rewards;               // per episode, [T]
 };
 
+// Adds step i's reward and length; with `trace`, also what the policy saw and took.
 void record_step(PlayedEpisodes& played, int64_t i, const VectorEnv& env, const float* observation,
-                 const float* action, bool context_start) {
+                 const float* action, bool context_start, bool trace) {
+  played.returns[i] += env.rewards()[i];
+  ++played.lengths[i];
+  if (!trace) return;
   played.observations[i].insert(played.observations[i].end(), observation,
                                 observation + env.observation_size());
   played.actions[i].insert(played.actions[i].end(), action, action + env.action_size());
   played.context_starts[i].push_back(context_start ? 1 : 0);
   played.rewards[i].push_back(env.rewards()[i]);
-  played.returns[i] += env.rewards()[i];
-  ++played.lengths[i];
 }
 
 // `segment_steps`: a context restarts after this many steps, as the actors' did (0: never).
-PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool greedy, int64_t segment_steps) {
+// `trace`: keep every step (kvrl eval --trace); otherwise only returns and lengths.
+PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool greedy, int64_t segment_steps,
+                    bool trace) {
   const int64_t episodes = env.num_envs();
   at::Generator generator = at::detail::createCPUGenerator(seed);
   torch::NoGradGuard no_grad;
@@ -84,12 +88,13 @@ PlayedEpisodes play(ActorCritic& policy, VectorEnv& env, uint64_t seed, bool gre
     const at::Tensor is_init = at::from_blob(init.data(), {episodes}, at::kBool);
     const PolicyStep step = policy.act(observations, is_init, generator, greedy);
     std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
-    const std::vector<float> seen = env.observations();
+    std::vector<float> seen;
+    if (trace) seen = env.observations();  // the step below overwrites them
     env.step(actions);
     for (int64_t i = 0; i < episodes; ++i) {
       if (done[i]) continue;
       record_step(played, i, env, seen.data() + i * env.observation_size(),
-                  actions.data() + i * env.action_size(), init[i] != 0);
+                  actions.data() + i * env.action_size(), init[i] != 0, trace);
       if (env.terminated()[i] || env.truncated()[i]) {
         done[i] = true;
         --remaining;
@@ -150,8 +155,8 @@ int run_eval(const EvalArguments& arguments) {
   const std::unique_ptr<VectorEnv> vector =
       make_configured_vector_env(env_config, episodes, static_cast<uint64_t>(seed));
   VectorEnv& env = *vector;
-  const PlayedEpisodes played =
-      play(*saved.model, env, static_cast<uint64_t>(seed), greedy, context_plan(saved.config).segment_steps);
+  const PlayedEpisodes played = play(*saved.model, env, static_cast<uint64_t>(seed), greedy,
+                                     context_plan(saved.config).segment_steps, !arguments.trace_path.empty());
   if (!arguments.trace_path.empty()) {
     write_trace(arguments.trace_path, played, env.observation_size(), env.action_size());
   }
