@@ -19,14 +19,14 @@
 namespace kvrl {
 namespace {
 
-Episode empty_episode(int64_t rank, uint64_t id, int64_t observation_size, int64_t action_size,
-                      int64_t stream) {
+Episode empty_episode(int64_t rank, uint64_t id, const EpisodeSpec& spec, int64_t stream) {
   Episode e;
   e.actor_rank = rank;
   e.episode_id = id;
-  e.observation_size = observation_size;
-  e.action_size = action_size;
+  e.observation_size = spec.observation_size;
+  e.action_size = spec.action_size;
   e.stream = stream;
+  e.observations = e.context_observations = e.final_observation = ObservationValues(spec.observation_element);
   return e;
 }
 
@@ -202,7 +202,7 @@ void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& 
       context.append_last(prefix, e.context_observations);
       stats_.context_prefix_steps += prefix;
     }
-    e.observations.insert(e.observations.end(), obs + i * obs_size, obs + (i + 1) * obs_size);
+    e.observations.append(std::span<const float>(obs + i * obs_size, obs_size));
     context.push(obs + i * obs_size);
     e.actions.insert(e.actions.end(), actions + i * act_size, actions + (i + 1) * act_size);
     e.is_init.push_back(is_init[i]);
@@ -229,8 +229,7 @@ std::vector<uint8_t> ActorLoop::context_starts() {
 }
 
 Episode ActorLoop::next_fragment(const Episode& done, int64_t stream) const {
-  Episode next =
-      empty_episode(done.actor_rank, done.episode_id, done.observation_size, done.action_size, stream);
+  Episode next = empty_episode(done.actor_rank, done.episode_id, codec_.spec(), stream);
   next.first_step = done.first_step + done.length();
   next.return_before = done.episode_return();
   return next;
@@ -243,6 +242,17 @@ at::Generator ActorLoop::sampling_generator() const {
   at::Generator generator = at::globalContext().defaultGenerator(options_.device);
   generator.set_current_seed(seed);
   return generator;
+}
+
+// What an observation costs on the wire and in the learners' batches, so a user can see
+// that image observations travel as bytes.
+void ActorLoop::log_observation_bytes() const {
+  const EpisodeSpec& spec = codec_.spec();
+  const auto stored = static_cast<int64_t>(element_bytes(spec.observation_element)) * spec.observation_size;
+  const int64_t as_floats = 4 * spec.observation_size;
+  logger_->info(cat("observations: ", spec.observation_size, " ", element_name(spec.observation_element),
+                    " values, ", stored, " bytes per step on the wire (", as_floats - stored,
+                    " fewer than float32)"));
 }
 
 bool ActorLoop::all_learners_stopped() const {
@@ -289,14 +299,13 @@ void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
     e.terminated.push_back(env_.terminated()[i]);
     e.truncated.push_back(env_.truncated()[i]);
     if (env_.terminated()[i] || env_.truncated()[i]) {
-      e.final_observation.assign(env_.final_observations().begin() + i * obs_size,
-                                 env_.final_observations().begin() + (i + 1) * obs_size);
+      e.final_observation.assign(
+          std::span<const float>(env_.final_observations()).subspan(i * obs_size, obs_size));
       outbox_.push_back(std::move(e));
-      e = empty_episode(transport_.rank(), next_episode_id++, obs_size, env_.action_size(), i);
+      e = empty_episode(transport_.rank(), next_episode_id++, codec_.spec(), i);
     } else if (options_.fragment_steps > 0 && e.length() == options_.fragment_steps) {
       // The episode goes on: the bootstrap state is the observation the next step sees.
-      e.final_observation.assign(env_.observations().begin() + i * obs_size,
-                                 env_.observations().begin() + (i + 1) * obs_size);
+      e.final_observation.assign(std::span<const float>(env_.observations()).subspan(i * obs_size, obs_size));
       Episode next = next_fragment(e, i);
       ++stats_.fragments_continuing;
       outbox_.push_back(std::move(e));
@@ -338,8 +347,7 @@ ActorStats ActorLoop::run() {
   at::Generator generator = sampling_generator();
   uint64_t next_episode_id = 0;
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
-    open_.push_back(
-        empty_episode(transport_.rank(), next_episode_id++, env_.observation_size(), env_.action_size(), i));
+    open_.push_back(empty_episode(transport_.rank(), next_episode_id++, codec_.spec(), i));
     contexts_.emplace_back(env_.observation_size(), std::max(options_.context_reach, options_.segment_steps));
   }
   // Act only with the learners' weights: wait for version 0.
@@ -349,6 +357,7 @@ ActorStats ActorLoop::run() {
   }
   logger_->info(
       cat("acting with policy version ", stats_.policy_version, " on ", env_.num_envs(), " x ", env_.name()));
+  log_observation_bytes();
   env_.reset();
   std::vector<float> actions(env_.num_envs() * env_.action_size());
   int64_t vector_steps = 0;

@@ -108,6 +108,7 @@ class ActorLoop {
   // The steps of run().
   at::Generator sampling_generator() const;
   bool all_learners_stopped() const;
+  void log_observation_bytes() const;
   void forward_stop_request();
   void step_environments(at::Generator& generator, uint64_t& next_episode_id, std::vector<float>& actions);
   PolicyStep act(const std::vector<uint8_t>& init, at::Generator& generator);

@@ -45,10 +45,10 @@ void ContextHistory::copy_last(int64_t n, float* out) const {
   std::copy(begin, buffer_.end(), out);
 }
 
-void ContextHistory::append_last(int64_t n, std::vector<float>& out) const {
-  const size_t old_size = out.size();
-  out.resize(old_size + static_cast<size_t>(n * observation_size_));
-  copy_last(n, out.data() + old_size);
+void ContextHistory::append_last(int64_t n, ObservationValues& out) const {
+  std::vector<float> last(static_cast<size_t>(n * observation_size_));
+  copy_last(n, last.data());
+  out.append(last);
 }
 
 }  // namespace kvrl

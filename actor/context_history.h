@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/wire/observation_values.h"
+
 namespace kvrl {
 
 class ContextHistory {
@@ -22,7 +24,7 @@ class ContextHistory {
   int64_t steps() const { return steps_; }
   int64_t kept() const;
   // The last n kept observations, oldest first, appended to `out`. n <= kept().
-  void append_last(int64_t n, std::vector<float>& out) const;
+  void append_last(int64_t n, ObservationValues& out) const;
   // The same, written to `out` (n * observation_size floats).
   void copy_last(int64_t n, float* out) const;
 

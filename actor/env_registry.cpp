@@ -155,17 +155,20 @@ void check_gym_request(const EnvironmentRequest& request) {
 std::unique_ptr<Environment> make_environment(const EnvironmentRequest& request) {
   if (request.plugin.empty() && is_gym_environment(request.name)) {
     check_gym_request(request);
-    return make_gym_environment(request.name, request.gym_kwargs);
+    return make_gym_environment(request.name, request.gym);
   }
-  if (!request.gym_kwargs.empty()) {
-    throw InvalidArgumentError("env.kwargs." + request.gym_kwargs.begin()->first +
-                               ": keyword arguments apply to "
-                               "gym:<id> environments only, not to " +
-                               (request.plugin.empty() ? request.name : request.plugin));
+  const std::string native = request.plugin.empty() ? request.name : request.plugin;
+  if (!request.gym.kwargs.empty()) {
+    throw InvalidArgumentError("env.kwargs." + request.gym.kwargs.begin()->first +
+                               ": keyword arguments apply to gym:<id> environments only, not to " + native);
+  }
+  if (!request.gym.setup.empty() || !request.gym.wrappers.empty()) {
+    throw InvalidArgumentError(std::string(request.gym.setup.empty() ? "env.gym_wrappers" : "env.gym_setup") +
+                               ": Python callables apply to gym:<id> environments only, not to " + native);
   }
   if (!request.plugin.empty() || !is_mujoco_environment(request.name)) {
     if (request.locomotion.observe != ObservedPart::kAll) {
-      throw InvalidArgumentError("env.observe: " + (request.plugin.empty() ? request.name : request.plugin) +
+      throw InvalidArgumentError("env.observe: " + native +
                                  " observes all of its observation; positions and velocities apply to the "
                                  "MuJoCo environments (" +
                                  join(mujoco_names()) + ")");
@@ -192,7 +195,7 @@ std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, in
                                            uint64_t seed) {
   if (request.plugin.empty() && is_gym_environment(request.name)) {
     check_gym_request(request);
-    return make_gym_vector_env(request.name, request.gym_kwargs, num_envs, seed);
+    return make_gym_vector_env(request.name, request.gym, num_envs, seed);
   }
   std::vector<std::unique_ptr<Environment>> envs;
   for (int64_t i = 0; i < num_envs; ++i) envs.push_back(make_environment(request));

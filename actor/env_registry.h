@@ -20,7 +20,7 @@ struct EnvironmentRequest {
   std::string plugin;             // or a plugin shared library's path; replaces name
   EnvOptions options;             // the environment's own options, and max_episode_steps
   LocomotionSettings locomotion;  // MuJoCo environments: the observed part, the model folder
-  GymKwargs gym_kwargs;           // gym:<id>: keyword arguments for gymnasium.make
+  GymRequest gym;                 // gym:<id>: gymnasium.make's keyword arguments, setup and wrappers
 };
 
 // Makes the environment a request names. Throws InvalidArgumentError as the functions

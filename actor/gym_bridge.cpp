@@ -56,13 +56,13 @@ std::string gym_id(const std::string& name) {
 
 }  // namespace
 
-std::unique_ptr<Environment> make_gym_environment(const std::string& name, const GymKwargs& kwargs) {
-  return std::unique_ptr<Environment>(bridge(name).make_environment(gym_id(name), kwargs));
+std::unique_ptr<Environment> make_gym_environment(const std::string& name, const GymRequest& request) {
+  return std::unique_ptr<Environment>(bridge(name).make_environment(gym_id(name), request));
 }
 
-std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymKwargs& kwargs,
+std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymRequest& request,
                                                int64_t num_envs, uint64_t seed) {
-  return std::unique_ptr<VectorEnv>(bridge(name).make_vector_env(gym_id(name), kwargs, num_envs, seed));
+  return std::unique_ptr<VectorEnv>(bridge(name).make_vector_env(gym_id(name), request, num_envs, seed));
 }
 
 }  // namespace kvrl

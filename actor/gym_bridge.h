@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actor/environment.h"
 #include "actor/vector_env.h"
@@ -24,24 +25,34 @@ inline bool is_gym_environment(const std::string& name) { return name.rfind(kGym
 // that reads as an integer, a float, true/false or null becomes that, anything else a string.
 using GymKwargs = std::map<std::string, std::string>;
 
+// How a gym: environment is made: gymnasium.make's keyword arguments, Python callables that
+// register the id (a package that registers on request, as MinAtar's minatar.gym:register_envs
+// does), and wrappers around each environment (minigrid.wrappers:ImgObsWrapper, say).
+// Each callable is "module:attribute", imported by the bridge.
+struct GymRequest {
+  GymKwargs kwargs;
+  std::vector<std::string> setup;     // called once, in order, while the id is not registered
+  std::vector<std::string> wrappers;  // applied to each environment in order: Wrapper(env)
+};
+
 // One environment (`name`: "gym:<id>"), stepped on its own: for the checks at start, eval
 // and env-rollout. Throws InvalidArgumentError when the bridge, Python or Gymnasium is
 // missing (saying how to get them), or when Gymnasium refuses the id or a space.
-std::unique_ptr<Environment> make_gym_environment(const std::string& name, const GymKwargs& kwargs);
+std::unique_ptr<Environment> make_gym_environment(const std::string& name, const GymRequest& request);
 
 // `num_envs` of them through Gymnasium's SyncVectorEnv, resetting in the same step
 // (AutoresetMode.SAME_STEP); environment i is first reset with a seed derived from
 // (seed, i), later episodes continue its own RNG, as Gymnasium's vector environments do.
-std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymKwargs& kwargs,
+std::unique_ptr<VectorEnv> make_gym_vector_env(const std::string& name, const GymRequest& request,
                                                int64_t num_envs, uint64_t seed);
 
 // What the module exports (kvrl_gym_bridge_v1), checked by version before use.
 struct GymBridgeInfo {
   int abi_version;
-  Environment* (*make_environment)(const std::string& id, const GymKwargs& kwargs);
-  VectorEnv* (*make_vector_env)(const std::string& id, const GymKwargs& kwargs, int64_t num_envs,
+  Environment* (*make_environment)(const std::string& id, const GymRequest& request);
+  VectorEnv* (*make_vector_env)(const std::string& id, const GymRequest& request, int64_t num_envs,
                                 uint64_t seed);
 };
-inline constexpr int kGymBridgeAbiVersion = 1;
+inline constexpr int kGymBridgeAbiVersion = 2;  // 2: GymRequest (setup and wrappers)
 
 }  // namespace kvrl

@@ -1,5 +1,6 @@
 #include "actor/space.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "common/support/errors.h"
@@ -26,9 +27,11 @@ Space Space::discrete(int64_t n) {
   return space;
 }
 
-Space Space::box(std::vector<int64_t> shape, std::vector<float> low, std::vector<float> high) {
+Space Space::box(std::vector<int64_t> shape, std::vector<float> low, std::vector<float> high,
+                 ObservationElement element) {
   Space space;
   space.kind = Kind::kBox;
+  space.element = element;
   space.shape = std::move(shape);
   const int64_t size = space.flat_size();
   if (static_cast<int64_t>(low.size()) != size || static_cast<int64_t>(high.size()) != size) {
@@ -37,6 +40,11 @@ Space Space::box(std::vector<int64_t> shape, std::vector<float> low, std::vector
   }
   for (int64_t i = 0; i < size; ++i) {
     if (!(low[i] <= high[i])) throw InvalidArgumentError("box bound " + std::to_string(i) + ": low > high");
+    const auto is_byte = [](float value) { return value >= 0 && value <= 255 && std::trunc(value) == value; };
+    if (element == ObservationElement::kUInt8 && (!is_byte(low[i]) || !is_byte(high[i]))) {
+      throw InvalidArgumentError("uint8 box bound " + std::to_string(i) + " (low " + std::to_string(low[i]) +
+                                 ", high " + std::to_string(high[i]) + ") must be integers in [0, 255]");
+    }
   }
   space.low = std::move(low);
   space.high = std::move(high);
@@ -52,7 +60,8 @@ int64_t Space::flat_size() const {
 
 std::string Space::describe() const {
   if (is_discrete()) return "discrete(" + std::to_string(n) + ")";
-  return "box(" + list(shape) + ", low=" + list(low) + ", high=" + list(high) + ")";
+  const std::string prefix = element == ObservationElement::kUInt8 ? "uint8 box(" : "box(";
+  return prefix + list(shape) + ", low=" + list(low) + ", high=" + list(high) + ")";
 }
 
 }  // namespace kvrl

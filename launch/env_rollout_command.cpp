@@ -55,9 +55,26 @@ ObservedPart observed_part_from(const c10::impl::GenericDict& input) {
                             "'");
 }
 
+// input[key]: a list of "module:attribute" strings (env.gym_setup, env.gym_wrappers), or none.
+std::vector<std::string> python_callables(const c10::impl::GenericDict& input, const std::string& key) {
+  auto it = input.find(key);
+  if (it == input.end()) return {};
+  std::vector<std::string> entries;
+  if (it->value().isList()) {
+    for (const c10::IValue& item : it->value().toListRef()) {
+      if (!item.isString()) break;
+      entries.push_back(item.toStringRef());
+    }
+    if (entries.size() == it->value().toListRef().size()) return entries;
+  }
+  throw MalformedInputError("input['" + key + "'] must be a list of 'module:attribute' strings");
+}
+
 std::unique_ptr<Environment> environment_from(const c10::impl::GenericDict& input) {
   EnvironmentRequest request;
   request.options = parse_options(input);
+  request.gym.setup = python_callables(input, "gym_setup");
+  request.gym.wrappers = python_callables(input, "gym_wrappers");
   request.locomotion.observe = observed_part_from(input);
   auto name = input.find("name");
   auto plugin = input.find("plugin");
@@ -168,12 +185,13 @@ constexpr int64_t kMaxResets = 100000;
 c10::impl::GenericDict draw_resets(const c10::impl::GenericDict& input) {
   for (const auto& entry : input) {
     const std::string key = entry.key().isString() ? entry.key().toStringRef() : "<not a string>";
-    if (key != "name" && key != "plugin" && key != "options" && key != "observe" && key != "resets" &&
-        key != "seed") {
+    const bool allowed = key == "name" || key == "plugin" || key == "options" || key == "observe" ||
+                         key == "resets" || key == "seed" || key == "gym_setup" || key == "gym_wrappers";
+    if (!allowed) {
       throw MalformedInputError(
           "input['" + key +
-          "'] is not allowed with input['resets'] (which draws initial observations "
-          "from kvrl's own reset; allowed: name, plugin, options, observe, resets, seed): drop '" +
+          "'] is not allowed with input['resets'] (which draws initial observations from kvrl's own reset; "
+          "allowed: name, plugin, options, observe, resets, seed, gym_setup, gym_wrappers): drop '" +
           key + "', or drop 'resets' to roll out from a state");
     }
   }

@@ -126,6 +126,26 @@ void write_trace(const std::string& path, const PlayedEpisodes& played, int64_t 
   write_torch_file(path, root);
 }
 
+using Dict = c10::impl::GenericDict;
+Dict string_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
+
+// The image encoder as a Python user rebuilds it: per layer Conv2d(in, channels, kernel,
+// stride) and ReLU over the image permuted to [N, C, H, W] and multiplied by input_scale,
+// then Linear and ReLU ("state_dict" uses torch.nn.Sequential's and Linear's names).
+Dict exported_image_encoder(ActorCritic& model) {
+  const ImageEncoderOptions& options = *model.options().image_encoder;
+  Dict encoder = string_dict();
+  Dict weights = string_dict();
+  for (const auto& item : state_dict_of(*model.named_children()["encoder"]))
+    weights.insert(item.key(), item.value());
+  encoder.insert("state_dict", weights);
+  encoder.insert("image_shape", c10::List<int64_t>(options.image_shape));
+  encoder.insert("layers", conv_layers_text(options.layers));
+  encoder.insert("features", options.features);
+  encoder.insert("input_scale", options.input_scale);
+  return encoder;
+}
+
 }  // namespace
 
 int run_eval(const EvalArguments& arguments) {
@@ -143,7 +163,7 @@ int run_eval(const EvalArguments& arguments) {
   const std::unique_ptr<Environment> checked = make_configured_env(env_config);
   const Environment& prototype = *checked;
   const ActorCriticOptions& policy = saved.model->options();
-  check_policy_fits({*policy.transformer.input_size, policy.discrete, policy.num_outputs},
+  check_policy_fits({saved.model->observation_size(), policy.discrete, policy.num_outputs},
                     prototype.observation_space(), prototype.action_space());
   const int64_t time_limit = prototype.episode_step_limit();
   if (time_limit <= 0) {
@@ -184,8 +204,7 @@ void run_export(const std::string& checkpoint, const std::string& out_path) {
         "), which the reference cannot load");
   }
   const ActorCriticOptions& options = saved.model->options();
-  using Dict = c10::impl::GenericDict;
-  auto dict = [] { return Dict(c10::StringType::get(), c10::AnyType::get()); };
+  const auto dict = string_dict;
   Dict root = dict();
   Dict transformer = dict();
   for (const auto& item : state_dict_of(saved.model->trunk())) transformer.insert(item.key(), item.value());
@@ -206,6 +225,7 @@ void run_export(const std::string& checkpoint, const std::string& out_path) {
     root.insert(head, weights);
   }
   if (!options.discrete) root.insert("log_std", saved.model->named_parameters(/*recurse=*/false)["log_std"]);
+  if (options.image_encoder) root.insert("encoder", exported_image_encoder(*saved.model));
   if (options.normalize_observations) {
     // The policy sees clamp((x - mean) / sqrt(var + epsilon), -clip, clip).
     const RunningMoments& moments = saved.model->observation_moments();

@@ -1,7 +1,10 @@
 #include "launch/run_setup.h"
 
+#include <algorithm>
+
 #include "actor/env_registry.h"
 #include "actor/policy_fit.h"
+#include "common/support/errors.h"
 
 namespace kvrl {
 
@@ -27,7 +30,9 @@ EnvironmentRequest environment_request(const TrainConfig& config) {
                             .plugin = config.env_plugin,
                             .options = config.env_options,
                             .locomotion = {.observe = observe, .model_dir = config.mujoco_model_dir},
-                            .gym_kwargs = config.env_kwargs};
+                            .gym = {.kwargs = config.env_kwargs,
+                                    .setup = TrainConfig::comma_separated(config.env_gym_setup),
+                                    .wrappers = TrainConfig::comma_separated(config.env_gym_wrappers)}};
 }
 
 std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
@@ -39,9 +44,40 @@ std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config,
   return make_vector_env(environment_request(config), num_envs, seed);
 }
 
+namespace {
+
+// The image encoder for model.encoder = cnn, shaped by the observation space.
+ImageEncoderOptions image_encoder_options(const TrainConfig& config, const Space& observations) {
+  std::vector<int64_t> shape = observations.shape;
+  if (!observations.is_discrete() && shape.size() == 2) shape.push_back(1);  // [H, W]: one channel
+  if (observations.is_discrete() || shape.size() != 3) {
+    throw InvalidArgumentError(
+        "config: model.encoder = cnn needs image observations, a box of shape [H, W, C] "
+        "or [H, W]; " +
+        config.env_name + " observes " + observations.describe() + ": use model.encoder = mlp");
+  }
+  ImageEncoderOptions options;
+  options.image_shape = shape;
+  options.layers = parse_conv_layers(config.cnn_layers);
+  options.features = config.cnn_features;
+  options.input_scale = config.cnn_input_scale;
+  if (options.input_scale == 0) {
+    const float largest = *std::max_element(observations.high.begin(), observations.high.end());
+    const bool bytes = observations.element == ObservationElement::kUInt8 && largest > 0;
+    options.input_scale = bytes ? 1.0 / largest : 1.0;
+  }
+  return options;
+}
+
+}  // namespace
+
 ActorCriticOptions model_options(const TrainConfig& config, const Environment& env) {
   ActorCriticOptions options;
   options.transformer.input_size = env.observation_space().flat_size();
+  if (config.encoder == "cnn") {
+    options.image_encoder = image_encoder_options(config, env.observation_space());
+    options.transformer.input_size = config.cnn_features;
+  }
   options.transformer.hidden_size = config.hidden_size;
   options.transformer.num_layers = config.num_layers;
   options.transformer.num_heads = config.num_heads;
@@ -58,7 +94,7 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   options.observation_clip = config.observation_clip;
   options.normalize_rewards = config.normalize_rewards;
   options.transformer.cuda_graphs = config.cuda_graphs;
-  check_policy_fits({*options.transformer.input_size, options.discrete, options.num_outputs},
+  check_policy_fits({env.observation_space().flat_size(), options.discrete, options.num_outputs},
                     env.observation_space(), env.action_space());
   return options;
 }

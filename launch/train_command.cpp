@@ -202,6 +202,7 @@ Setup prepare(const TrainInputs& arguments) {
   setup.model = model_options(setup.config, *setup.prototype);
   const ContextPlan plan = context_plan(setup.config);
   setup.spec.observation_size = setup.prototype->observation_space().flat_size();
+  setup.spec.observation_element = setup.prototype->observation_space().element;
   setup.spec.action_size = setup.prototype->action_space().flat_size();
   setup.spec.max_length = fragment_steps == 0 ? time_limit
                           : time_limit > 0    ? std::min(fragment_steps, time_limit)

@@ -9,9 +9,11 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <regex>
 #include <sstream>
 
 #include "common/comm/device_placement.h"
+#include "common/model/image_encoder.h"
 #include "common/support/errors.h"
 #include "common/support/number_text.h"
 #include "learner/policy_lag.h"
@@ -128,39 +130,43 @@ Field string_field(std::string key, Member member, const std::vector<std::string
 // The keys of the run, its status server, its roles and its environment, in the reference's order.
 std::vector<Field> run_fields() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {int_field(
+              "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
+              "seeds environments, action sampling and initial weights"),
+          int_field(
+              "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
+              "stop once this many environment steps reached the learners"),
+          int_field(
+              "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
+              "also stop after this many updates; 0 = no limit"),
+          string_field(
+              "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
+              "run directory: logs, effective config, per-rank stats"),
+          float_field(
+              "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
+              "seconds between progress lines"),
+          string_field(
+              "run.log_level", [](auto& c) -> auto& { return c.log_level; },
+              {"trace", "debug", "info", "warn", "error", "off"},
+              "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
+          float_field(
+              "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
+              "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
+              "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
+          int_field(
+              "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
+              "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
+          string_field(
+              "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
+              "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
+          int_field(
+              "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
+              "learner ranks (the lowest ranks); the other ranks act")};
+}
+
+// The keys of the environment.
+std::vector<Field> env_fields() {
   return {
-      int_field(
-          "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
-          "seeds environments, action sampling and initial weights"),
-      int_field(
-          "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
-          "stop once this many environment steps reached the learners"),
-      int_field(
-          "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
-          "also stop after this many updates; 0 = no limit"),
-      string_field(
-          "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
-          "run directory: logs, effective config, per-rank stats"),
-      float_field(
-          "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
-          "seconds between progress lines"),
-      string_field(
-          "run.log_level", [](auto& c) -> auto& { return c.log_level; },
-          {"trace", "debug", "info", "warn", "error", "off"},
-          "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
-      float_field(
-          "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
-          "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
-          "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
-      int_field(
-          "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
-          "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
-      string_field(
-          "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
-          "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
-      int_field(
-          "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
-          "learner ranks (the lowest ranks); the other ranks act"),
       string_field(
           "env.name", [](auto& c) -> auto& { return c.env_name; }, {},
           "a built-in environment (see docs/environments.md), or gym:<id> for any Gymnasium environment "
@@ -175,6 +181,14 @@ std::vector<Field> run_fields() {
           "env.observe", [](auto& c) -> auto& { return c.env_observe; }, {"all", "positions", "velocities"},
           "the part of the observation the policy sees: all, or (MuJoCo environments) joint positions only "
           "or velocities only, the partially observed variants"),
+      string_field(
+          "env.gym_setup", [](auto& c) -> auto& { return c.env_gym_setup; }, {},
+          "gym:<id>: Python callables as module:attribute, comma-separated, called in order before the id "
+          "is made while Gymnasium does not know it (e.g. minatar.gym:register_envs)"),
+      string_field(
+          "env.gym_wrappers", [](auto& c) -> auto& { return c.env_gym_wrappers; }, {},
+          "gym:<id>: Gymnasium wrappers as module:attribute, comma-separated, applied to each environment "
+          "in order (e.g. minigrid.wrappers:ImgObsWrapper)"),
       string_field(
           "env.mujoco_model_dir", [](auto& c) -> auto& { return c.mujoco_model_dir; }, {},
           "folder of Gymnasium's MuJoCo model XML files (gymnasium/envs/mujoco/assets); empty = the one "
@@ -230,6 +244,27 @@ std::vector<Field> model_fields() {
           "on CUDA, capture the actors' cached step in a CUDA graph per batch size (a failed capture is "
           "logged and "
           "steps run without); no effect on CPU")};
+}
+
+// The keys of the image encoder (model.encoder = cnn).
+std::vector<Field> encoder_fields() {
+  return {
+      string_field(
+          "model.encoder", [](auto& c) -> auto& { return c.encoder; }, {"mlp", "cnn"},
+          "mlp: the flat observation enters the transformer's input projection; cnn: image observations "
+          "([H, W, C] or [H, W] boxes) pass a convolutional encoder (cnn_layers, then a linear layer to "
+          "cnn_features) first"),
+      string_field(
+          "model.cnn_layers", [](auto& c) -> auto& { return c.cnn_layers; }, {},
+          "encoder = cnn: convolutions with ReLU as CHANNELSxKERNELsSTRIDE, comma-separated (default: the "
+          "Nature CNN's; small images need smaller ones, e.g. 16x3s1 for MinAtar's 10x10)"),
+      int_field(
+          "model.cnn_features", [](auto& c) -> auto& { return c.cnn_features; }, 1, 1 << 16,
+          "encoder = cnn: the width of the linear layer after the convolutions, the transformer's input"),
+      float_field(
+          "model.cnn_input_scale", [](auto& c) -> auto& { return c.cnn_input_scale; }, 0, 1e6,
+          "encoder = cnn: observations are multiplied by this first; 0 = from the observation space (1 / its "
+          "largest bound for uint8 observations, so pixels enter in [0, 1]; 1 for float ones)")};
 }
 
 // The keys of the losses and the optimizer, in the reference's order.
@@ -380,8 +415,8 @@ std::vector<Field> checkpoint_and_actor_fields() {
 const std::vector<Field>& schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
-    for (auto section : {run_fields, model_fields, loss_fields, flow_fields, placement_fields,
-                         checkpoint_and_actor_fields}) {
+    for (auto section : {run_fields, env_fields, model_fields, encoder_fields, loss_fields, flow_fields,
+                         placement_fields, checkpoint_and_actor_fields}) {
       std::vector<Field> keys = section();
       all.insert(all.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
     }
@@ -543,6 +578,35 @@ void check_context_keys(const TrainConfig& config) {
   }
 }
 
+// Each entry must read module:attribute (dotted names allowed), which the bridge imports.
+void check_python_callables(const TrainConfig& config) {
+  static const std::regex name(R"([A-Za-z_]\w*(\.[A-Za-z_]\w*)*)");
+  for (const auto& [key, text] :
+       {std::pair{"env.gym_setup", config.env_gym_setup}, {"env.gym_wrappers", config.env_gym_wrappers}}) {
+    for (const std::string& entry : TrainConfig::comma_separated(text)) {
+      const size_t colon = entry.find(':');
+      if (colon == std::string::npos || !std::regex_match(entry.substr(0, colon), name) ||
+          !std::regex_match(entry.substr(colon + 1), name)) {
+        fail(key, text,
+             "entry '" + entry + "' is not a Python module:attribute (e.g. minatar.gym:register_envs)");
+      }
+    }
+  }
+}
+
+void check_encoder_keys(const TrainConfig& config) {
+  try {
+    parse_conv_layers(config.cnn_layers);
+  } catch (const InvalidArgumentError& error) {
+    fail("model.cnn_layers", config.cnn_layers, error.what());
+  }
+  if (config.encoder == "cnn" && config.normalize_observations) {
+    throw InvalidArgumentError(
+        "config: model.normalize_observations = true does not apply with model.encoder = cnn, which scales "
+        "its input by model.cnn_input_scale instead; set one of them otherwise");
+  }
+}
+
 void check_consistency(const TrainConfig& config) {
   for (const auto& [key, value] :
        {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
@@ -570,6 +634,8 @@ void check_consistency(const TrainConfig& config) {
                                ")");
   }
   check_context_keys(config);
+  check_encoder_keys(config);
+  check_python_callables(config);
 }
 
 }  // namespace
@@ -593,6 +659,17 @@ TrainConfig TrainConfig::parse(const std::string& yaml_text, const std::vector<s
     throw InvalidArgumentError(message);
   }
   return config;
+}
+
+std::vector<std::string> TrainConfig::comma_separated(const std::string& text) {
+  std::vector<std::string> entries;
+  std::stringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) {
+    const size_t first = part.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    entries.push_back(part.substr(first, part.find_last_not_of(" \t") - first + 1));
+  }
+  return entries;
 }
 
 LearnerOptions TrainConfig::learner_options() const {

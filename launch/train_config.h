@@ -34,6 +34,8 @@ struct TrainConfig {
   std::map<std::string, std::string> env_kwargs;  // env.kwargs.<name>: gymnasium.make's, for gym:<id>
   std::string env_observe = "all";                // all, positions or velocities (MuJoCo environments)
   std::string mujoco_model_dir;                   // Gymnasium's model XML folder; empty: found at set-up
+  std::string env_gym_setup;                      // gym:<id>: module:function list, called before make
+  std::string env_gym_wrappers;                   // gym:<id>: module:Wrapper list, around each env
   // model
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
@@ -47,7 +49,11 @@ struct TrainConfig {
   bool normalize_observations = false;  // running mean/std of observations, part of the policy
   double observation_clip = 10;         // normalised observations are clipped to +-this
   bool normalize_rewards = false;       // rewards scaled by 1 / std of the discounted return
-  bool cuda_graphs = true;              // actors on CUDA replay the cached step from a CUDA graph
+  std::string encoder = "mlp";          // mlp, or cnn for image observations
+  std::string cnn_layers = "32x8s4,64x4s2,64x3s1";  // cnn: CHANNELSxKERNELsSTRIDE per layer
+  int64_t cnn_features = 512;                       // cnn: the linear layer's width
+  double cnn_input_scale = 0;                       // cnn: input multiplier; 0 = from the space
+  bool cuda_graphs = true;                          // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;
   int64_t steps_per_update = 4096;        // env steps per update, over all learners
@@ -72,6 +78,8 @@ struct TrainConfig {
   std::string on_weight_update = "reprefill";  // restart, reprefill or keep the streams' caches
   int64_t fragment_steps = 0;                  // ship fragments of this many steps; 0 = whole episodes
 
+  // The entries of a comma-separated list key (env.gym_setup, env.gym_wrappers), trimmed.
+  static std::vector<std::string> comma_separated(const std::string& text);
   // The learner's options with planned_updates derived from the run's budget.
   LearnerOptions learner_options() const;
   int64_t allreduce_bucket_bytes() const;  // allreduce_bucket_mb in bytes, at least 1

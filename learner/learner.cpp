@@ -147,7 +147,7 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes, int64_t policy
   // with; the next version's weights carry the new statistics.
   if (policy.normalize_observations) {
     model_->observation_moments().merge(all_learner_moments(
-        step_observations(episodes, *policy.transformer.input_size), *communicator_, device()));
+        step_observations(episodes, model_->observation_size()), *communicator_, device()));
   }
   stats.skipped = skipped_this_update_;
   inject_nonfinite_loss_ = false;

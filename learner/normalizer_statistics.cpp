@@ -9,6 +9,7 @@
 #include <c10/core/GradMode.h>
 
 #include "common/comm/communicator.h"
+#include "learner/window_batch.h"
 
 namespace kvrl {
 namespace {
@@ -50,11 +51,12 @@ at::Tensor step_observations(const std::vector<Episode>& episodes, int64_t obser
   std::vector<at::Tensor> pieces;
   pieces.reserve(episodes.size());
   for (const Episode& episode : episodes) {
-    pieces.push_back(at::from_blob(const_cast<float*>(episode.observations.data()),
-                                   {episode.length(), observation_size}, at::kFloat));
+    pieces.push_back(at::from_blob(const_cast<void*>(episode.observations.data()),
+                                   {episode.length(), observation_size},
+                                   observation_scalar_type(episode.observations.element())));
   }
   if (pieces.empty()) return at::zeros({0, observation_size});
-  return at::cat(pieces).clone();
+  return at::cat(pieces).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
 at::Tensor discounted_returns(const std::vector<Episode>& episodes, double gamma) {

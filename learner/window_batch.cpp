@@ -24,10 +24,17 @@ int64_t window_width(const std::vector<Episode>& episodes, int64_t max_tokens) {
   if (episodes.empty()) throw InvalidArgumentError("pack_windows needs at least one episode");
   const int64_t obs_size = episodes.front().observation_size;
   const int64_t act_size = episodes.front().action_size;
+  const ObservationElement element = episodes.front().observations.element();
   int64_t width = 0;
   for (const auto& e : episodes) {
     if (e.observation_size != obs_size || e.action_size != act_size) {
       throw InvalidArgumentError("pack_windows: episodes of different observation or action sizes");
+    }
+    for (const ObservationValues* values : {&e.observations, &e.final_observation, &e.context_observations}) {
+      if (!values->empty() && values->element() != element) {
+        throw InvalidArgumentError("pack_windows: episodes of different observation elements (" +
+                                   element_name(element) + " and " + element_name(values->element()) + ")");
+      }
     }
     if (tokens_of(e) > max_tokens) {
       throw InvalidArgumentError("pack_windows: an episode of " + std::to_string(e.length()) +
@@ -66,17 +73,20 @@ void copy_into_slot(const Episode& e, const EpisodeSlot& slot, int64_t width, Wi
   const int64_t obs_size = e.observation_size;
   const int64_t act_size = e.action_size;
   const int64_t base = slot.row * width + slot.offset;
-  float* obs = batch.observations.data_ptr<float>();
+  // Observations are copied as stored (float32 or uint8): `obs` addresses bytes.
+  auto* obs = static_cast<uint8_t*>(batch.observations.data_ptr());
+  const int64_t obs_bytes = obs_size * static_cast<int64_t>(batch.observations.element_size());
   bool* init = batch.is_init.data_ptr<bool>();
   if (slot.context > 0) {
-    std::memcpy(obs + (base - slot.context) * obs_size, e.context_observations.data(),
-                e.context_observations.size() * sizeof(float));
+    std::memcpy(obs + (base - slot.context) * obs_bytes, e.context_observations.data(),
+                e.context_observations.byte_size());
     // The prefix starts where the actor's context started, or reach steps before the
     // fragment, after which nothing that came earlier changes the trained steps.
     for (int64_t t = 0; t < slot.context; ++t) init[base - slot.context + t] = t == 0;
   }
-  std::memcpy(obs + base * obs_size, e.observations.data(), e.observations.size() * sizeof(float));
-  std::memcpy(obs + (base + e.length()) * obs_size, e.final_observation.data(), obs_size * sizeof(float));
+  std::memcpy(obs + base * obs_bytes, e.observations.data(), e.observations.byte_size());
+  std::memcpy(obs + (base + e.length()) * obs_bytes, e.final_observation.data(),
+              e.final_observation.byte_size());
   std::memcpy(batch.actions.data_ptr<float>() + base * act_size, e.actions.data(),
               e.actions.size() * sizeof(float));
   bool* mask = batch.step_mask.data_ptr<bool>();
@@ -99,6 +109,10 @@ void copy_into_slot(const Episode& e, const EpisodeSlot& slot, int64_t width, Wi
 
 }  // namespace
 
+at::ScalarType observation_scalar_type(ObservationElement element) {
+  return element == ObservationElement::kUInt8 ? at::kByte : at::kFloat;
+}
+
 WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_tokens) {
   const int64_t width = window_width(episodes, max_tokens);
   std::vector<int64_t> row_used;
@@ -106,7 +120,8 @@ WindowBatch pack_windows(const std::vector<Episode>& episodes, int64_t max_token
   const int64_t rows = static_cast<int64_t>(row_used.size());
   const int64_t obs_size = episodes.front().observation_size;
   WindowBatch batch;
-  batch.observations = at::zeros({rows, width, obs_size});
+  batch.observations =
+      at::zeros({rows, width, obs_size}, observation_scalar_type(episodes.front().observations.element()));
   batch.actions = at::zeros({rows, width, episodes.front().action_size});
   batch.is_init = at::ones({rows, width}, at::kBool);  // padding: each token its own segment
   batch.step_mask = at::zeros({rows, width}, at::kBool);

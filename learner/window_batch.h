@@ -21,8 +21,11 @@ struct EpisodeSlot {
   bool terminated = false;
 };
 
+// The tensor dtype of observations stored as `element`: float, or uint8 (kByte).
+at::ScalarType observation_scalar_type(ObservationElement element);
+
 struct WindowBatch {
-  at::Tensor observations;         // [B, T, O] float
+  at::Tensor observations;         // [B, T, O] float, or uint8 for uint8 observations
   at::Tensor actions;              // [B, T, A] float (0 off the steps)
   at::Tensor is_init;              // [B, T] bool: context starts, and every padding token
   at::Tensor step_mask;            // [B, T] bool: tokens that are steps to train on

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <numeric>
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include "actor/gym_bridge.h"
 #include "common/support/errors.h"
@@ -108,8 +110,10 @@ SpaceMap map_space(const std::string& where, const py::handle& space, bool is_ac
       py::array_t<float> values = np.attr("asarray")(space.attr(name), "float32").attr("ravel")();
       return std::vector<float>(values.data(), values.data() + values.size());
     };
-    map.space =
-        Space::box(map.shape.empty() ? std::vector<int64_t>{1} : map.shape, bound("low"), bound("high"));
+    // Images and grid codes (uint8) and flags (bool) stay one byte per value downstream.
+    const bool bytes = !is_action && (map.dtype == "uint8" || map.dtype == "bool");
+    map.space = Space::box(map.shape.empty() ? std::vector<int64_t>{1} : map.shape, bound("low"),
+                           bound("high"), bytes ? ObservationElement::kUInt8 : ObservationElement::kFloat32);
     return map;
   }
   const bool discrete = py::isinstance(space, spaces.attr("Discrete"));
@@ -235,15 +239,54 @@ py::object import_gymnasium(const std::string& where) {
   }
 }
 
+// The Python object a "module:attribute" entry names (the attribute may be dotted).
+py::object python_callable(const std::string& key, const std::string& entry) {
+  const size_t colon = entry.find(':');
+  try {
+    py::object found = py::module_::import("importlib").attr("import_module")(entry.substr(0, colon));
+    std::stringstream path(entry.substr(colon + 1));
+    for (std::string part; std::getline(path, part, '.');) found = found.attr(part.c_str());
+    return found;
+  } catch (const py::error_already_set& error) {
+    throw InvalidArgumentError(key + " '" + entry + "' cannot be loaded: " + error.what());
+  }
+}
+
+// Runs the request's setup callables unless the id is registered already, so that a
+// registration runs once per process however many environments are made.
+void run_setup(const py::object& gym, const std::string& id, const GymRequest& request) {
+  const std::string registered_id = id.substr(id.rfind(':') == std::string::npos ? 0 : id.rfind(':') + 1);
+  if (request.setup.empty() || gym.attr("envs").attr("registry").contains(registered_id)) return;
+  for (const std::string& entry : request.setup) {
+    py::object setup = python_callable("env.gym_setup", entry);
+    try {
+      setup();
+    } catch (const py::error_already_set& error) {
+      throw InvalidArgumentError("env.gym_setup '" + entry + "' raised: " + error.what());
+    }
+  }
+}
+
+// The request's wrappers as a Python list of callables, each taking an environment.
+py::list python_wrappers(const GymRequest& request) {
+  py::list wrappers;
+  for (const std::string& entry : request.wrappers)
+    wrappers.append(python_callable("env.gym_wrappers", entry));
+  return wrappers;
+}
+
 // One Gymnasium environment stepped on its own.
 class GymEnvironment : public Environment {
  public:
-  GymEnvironment(const std::string& id, const GymKwargs& kwargs) : name_(std::string(kGymPrefix) + id) {
+  GymEnvironment(const std::string& id, const GymRequest& request) : name_(std::string(kGymPrefix) + id) {
     start_python();
     py::gil_scoped_acquire gil;
     py::object gym = import_gymnasium(name_);
+    run_setup(gym, id, request);
     try {
-      env_.set(gym.attr("make")(id, **python_kwargs(kwargs)));
+      py::object env = gym.attr("make")(id, **python_kwargs(request.kwargs));
+      for (const py::handle wrapper : python_wrappers(request)) env = wrapper(env);
+      env_.set(env);
       observation_ = map_space(name_, env_.attr("observation_space"), false);
       action_ = map_space(name_, env_.attr("action_space"), true);
       py::object spec = env_.attr("spec");
@@ -291,7 +334,7 @@ class GymEnvironment : public Environment {
 // Gymnasium's SyncVectorEnv, resetting an ended environment in the same step.
 class GymVectorEnv : public VectorEnv {
  public:
-  GymVectorEnv(const std::string& id, const GymKwargs& kwargs, int64_t num_envs, uint64_t seed,
+  GymVectorEnv(const std::string& id, const GymRequest& request, int64_t num_envs, uint64_t seed,
                const GymEnvironment& prototype)
       : VectorEnv(num_envs, prototype.observation_space(), prototype.action_space()),
         name_(prototype.name()),
@@ -301,9 +344,10 @@ class GymVectorEnv : public VectorEnv {
     try {
       py::dict vector_kwargs;
       vector_kwargs["autoreset_mode"] = gym.attr("vector").attr("AutoresetMode").attr("SAME_STEP");
-      envs_.set(gym.attr("make_vec")(id, py::arg("num_envs") = num_envs,
-                                     py::arg("vectorization_mode") = "sync",
-                                     py::arg("vector_kwargs") = vector_kwargs, **python_kwargs(kwargs)));
+      envs_.set(gym.attr("make_vec")(
+          id, py::arg("num_envs") = num_envs, py::arg("vectorization_mode") = "sync",
+          py::arg("vector_kwargs") = vector_kwargs, py::arg("wrappers") = python_wrappers(request),
+          **python_kwargs(request.kwargs)));
       observation_ = map_space(name_, envs_.attr("single_observation_space"), false);
       action_ = map_space(name_, envs_.attr("single_action_space"), true);
     } catch (const py::error_already_set& error) {
@@ -315,7 +359,9 @@ class GymVectorEnv : public VectorEnv {
   void reset() override {
     py::gil_scoped_acquire gil;
     py::list seeds;
-    for (int64_t i = 0; i < num_envs(); ++i) seeds.append(py::int_(stream_seed(seed_, i)));
+    // 32 bits of the stream's seed: environments seeding NumPy's legacy RandomState (MinAtar's)
+    // refuse anything larger.
+    for (int64_t i = 0; i < num_envs(); ++i) seeds.append(py::int_(stream_seed(seed_, i) >> 32));
     try {
       py::tuple result = envs_.attr("reset")(py::arg("seed") = seeds);
       write_observations(observation_, result[0], num_envs(), observations_.data());
@@ -365,13 +411,14 @@ class GymVectorEnv : public VectorEnv {
   SpaceMap observation_, action_;
 };
 
-Environment* make_environment(const std::string& id, const GymKwargs& kwargs) {
-  return new GymEnvironment(id, kwargs);
+Environment* make_environment(const std::string& id, const GymRequest& request) {
+  return new GymEnvironment(id, request);
 }
 
-VectorEnv* make_vector_env(const std::string& id, const GymKwargs& kwargs, int64_t num_envs, uint64_t seed) {
-  const GymEnvironment prototype(id, kwargs);
-  return new GymVectorEnv(id, kwargs, num_envs, seed, prototype);
+VectorEnv* make_vector_env(const std::string& id, const GymRequest& request, int64_t num_envs,
+                           uint64_t seed) {
+  const GymEnvironment prototype(id, request);
+  return new GymVectorEnv(id, request, num_envs, seed, prototype);
 }
 
 }  // namespace

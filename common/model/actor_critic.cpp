@@ -23,6 +23,20 @@ ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) 
         "ActorCritic: num_outputs (" + std::to_string(options.num_outputs) +
         ") must be >= 2 actions for a categorical head or >= 1 dimension for a Gaussian");
   }
+  if (options.image_encoder) {
+    if (options.normalize_observations) {
+      throw InvalidArgumentError(
+          "ActorCritic: normalize_observations does not apply with an image encoder, which scales its "
+          "input by input_scale instead");
+    }
+    image_encoder_ = register_module("encoder", std::make_shared<ImageEncoder>(*options.image_encoder));
+    if (options.transformer.input_size != options.image_encoder->features) {
+      throw InvalidArgumentError("ActorCritic: the trunk's input_size (" +
+                                 std::to_string(options.transformer.input_size.value_or(0)) +
+                                 ") must be the image encoder's features (" +
+                                 std::to_string(options.image_encoder->features) + ")");
+    }
+  }
   trunk_ = register_module("trunk", std::make_shared<TransformerModule>(options.transformer));
   const int64_t hidden = *options.transformer.hidden_size;
   policy_head_ = register_module("policy_head", torch::nn::Linear(hidden, options.num_outputs));
@@ -56,8 +70,14 @@ RunningMoments ActorCritic::register_moments(const std::string& name, int64_t fe
 }
 
 at::Tensor ActorCritic::trunk_input(const at::Tensor& observations) const {
-  if (!options_.normalize_observations) return observations;
-  return observation_moments_.normalize(observations, options_.observation_clip);
+  if (image_encoder_) return image_encoder_->forward(observations);
+  at::Tensor values = observations.is_floating_point() ? observations : observations.to(at::kFloat);
+  if (!options_.normalize_observations) return values;
+  return observation_moments_.normalize(values, options_.observation_clip);
+}
+
+int64_t ActorCritic::observation_size() const {
+  return image_encoder_ ? image_encoder_->observation_size() : *options_.transformer.input_size;
 }
 
 void ActorCritic::set_autocast(std::optional<c10::ScalarType> dtype) {

@@ -13,17 +13,21 @@
 #include <memory>
 #include <optional>
 
+#include "common/model/image_encoder.h"
 #include "common/model/running_moments.h"
 #include "common/model/transformer_module.h"
 
 namespace kvrl {
 
 struct ActorCriticOptions {
-  TransformerModuleOptions transformer;  // input_size = observation size
-  bool discrete = true;                  // categorical head, else Gaussian
-  int64_t num_outputs = 0;               // actions (discrete) or action dimensions (Gaussian)
-  bool temporal_context = true;          // false: each step sees only its own observation
-  double initial_log_std = -0.5;         // Gaussian only
+  // input_size = the observation size, or the image encoder's features.
+  TransformerModuleOptions transformer;
+  // model.encoder = cnn: image observations pass a convolutional encoder before the trunk.
+  std::optional<ImageEncoderOptions> image_encoder;
+  bool discrete = true;           // categorical head, else Gaussian
+  int64_t num_outputs = 0;        // actions (discrete) or action dimensions (Gaussian)
+  bool temporal_context = true;   // false: each step sees only its own observation
+  double initial_log_std = -0.5;  // Gaussian only
   // Observations enter the trunk as (x - mean) / sqrt(var + 1e-8), clipped to
   // +-observation_clip, with running statistics the learners update after each update.
   bool normalize_observations = false;
@@ -82,16 +86,20 @@ class ActorCritic : public torch::nn::Module {
   RunningMoments& return_moments() { return return_moments_; }
   TransformerModule& trunk() { return *trunk_; }
   const ActorCriticOptions& options() const { return options_; }
+  // Values per observation the policy reads: the image's, or the trunk's input size.
+  int64_t observation_size() const;
   int64_t action_size() const { return options_.discrete ? 1 : options_.num_outputs; }
 
  private:
   at::Tensor context_flags(const at::Tensor& is_init) const;
-  // What the trunk sees of `observations`: normalised when the policy normalises.
+  // What the trunk sees of `observations` (of any dtype): encoded when the policy has an
+  // image encoder, normalised when it normalises, else the observations as floats.
   at::Tensor trunk_input(const at::Tensor& observations) const;
   RunningMoments register_moments(const std::string& name, int64_t features);
   at::Tensor log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const;
 
   ActorCriticOptions options_;
+  std::shared_ptr<ImageEncoder> image_encoder_;  // null without one
   std::shared_ptr<TransformerModule> trunk_;
   torch::nn::Linear policy_head_{nullptr};
   torch::nn::Linear value_head_{nullptr};

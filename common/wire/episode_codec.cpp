@@ -47,7 +47,9 @@ size_t field_bytes(const FieldLayout& f) { return dtype_size(f.dtype) * f.dim0 *
 std::vector<FieldLayout> layout_for(uint32_t length, uint32_t context_length, const EpisodeSpec& spec) {
   const auto obs = static_cast<uint32_t>(spec.observation_size);
   const auto act = static_cast<uint32_t>(spec.action_size);
-  return {{FieldId::kObservations, Dtype::kFloat32, length, obs},
+  const Dtype observed =
+      spec.observation_element == ObservationElement::kUInt8 ? Dtype::kUInt8 : Dtype::kFloat32;
+  return {{FieldId::kObservations, observed, length, obs},
           {FieldId::kActions, Dtype::kFloat32, length, act},
           {FieldId::kRewards, Dtype::kFloat32, length, 0},
           {FieldId::kTerminated, Dtype::kUInt8, length, 0},
@@ -56,8 +58,8 @@ std::vector<FieldLayout> layout_for(uint32_t length, uint32_t context_length, co
           {FieldId::kBehaviourLogProbs, Dtype::kFloat32, length, 0},
           {FieldId::kValues, Dtype::kFloat32, length, 0},
           {FieldId::kPolicyVersions, Dtype::kInt64, length, 0},
-          {FieldId::kFinalObservation, Dtype::kFloat32, obs, 0},
-          {FieldId::kContextObservations, Dtype::kFloat32, context_length, obs}};
+          {FieldId::kFinalObservation, observed, obs, 0},
+          {FieldId::kContextObservations, observed, context_length, obs}};
 }
 
 template <typename T>
@@ -90,6 +92,12 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
   const auto size_ok = [&](size_t size, int64_t per_step) {
     return static_cast<int64_t>(size) == t * per_step;
   };
+  for (const ObservationValues* values : {&e.observations, &e.final_observation, &e.context_observations}) {
+    if (!values->empty() && values->element() != spec.observation_element) {
+      return "observations are " + element_name(values->element()) + ", the spec's are " +
+             element_name(spec.observation_element);
+    }
+  }
   if (!size_ok(e.observations.size(), spec.observation_size) ||
       !size_ok(e.actions.size(), spec.action_size) || !size_ok(e.terminated.size(), 1) ||
       !size_ok(e.truncated.size(), 1) || !size_ok(e.is_init.size(), 1) ||
@@ -113,9 +121,9 @@ std::optional<std::string> content_problem(const Episode& e, const EpisodeSpec& 
     return std::string(
         "the episode does not end, but this run ships whole episodes (actor.fragment_steps = 0)");
   }
-  if (!all_finite(e.observations) || !all_finite(e.actions) || !all_finite(e.rewards) ||
-      !all_finite(e.behaviour_log_probs) || !all_finite(e.values) || !all_finite(e.final_observation) ||
-      !all_finite(e.context_observations) || !std::isfinite(e.return_before)) {
+  if (!e.observations.all_finite() || !all_finite(e.actions) || !all_finite(e.rewards) ||
+      !all_finite(e.behaviour_log_probs) || !all_finite(e.values) || !e.final_observation.all_finite() ||
+      !e.context_observations.all_finite() || !std::isfinite(e.return_before)) {
     return std::string("a value is not finite");
   }
   return std::nullopt;
@@ -232,7 +240,11 @@ std::vector<uint8_t> EpisodeCodec::encode(const Episode& e) const {
     const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
     out.insert(out.end(), bytes, bytes + values.size() * sizeof(values[0]));
   };
-  append(e.observations);
+  auto append_observations = [&](const ObservationValues& values) {
+    const auto* bytes = static_cast<const uint8_t*>(values.data());
+    out.insert(out.end(), bytes, bytes + values.byte_size());
+  };
+  append_observations(e.observations);
   append(e.actions);
   append(e.rewards);
   append(e.terminated);
@@ -241,8 +253,8 @@ std::vector<uint8_t> EpisodeCodec::encode(const Episode& e) const {
   append(e.behaviour_log_probs);
   append(e.values);
   append(e.policy_versions);
-  append(e.final_observation);
-  append(e.context_observations);
+  append_observations(e.final_observation);
+  append_observations(e.context_observations);
   put<uint32_t>(out, crc32(out.data(), out.size()));
   return out;
 }
@@ -303,7 +315,8 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
       throw MalformedMessageError(Reason::kSpec,
                                   "episode field " + std::to_string(get<uint16_t>(entry)) +
                                       " has a dtype or shape other than the spec's (observation " +
-                                      std::to_string(spec_.observation_size) + ", action " +
+                                      std::to_string(spec_.observation_size) + " " +
+                                      element_name(spec_.observation_element) + ", action " +
                                       std::to_string(spec_.action_size) + ")");
     }
     entry += kFieldEntryBytes;
@@ -325,7 +338,11 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
     std::memcpy(values.data(), cursor, bytes);
     cursor += bytes;
   };
-  take(e.observations, length * spec_.observation_size);
+  auto take_observations = [&](ObservationValues& values, size_t count) {
+    values = ObservationValues::from_bytes(spec_.observation_element, cursor, count);
+    cursor += values.byte_size();
+  };
+  take_observations(e.observations, length * spec_.observation_size);
   take(e.actions, length * spec_.action_size);
   take(e.rewards, length);
   take(e.terminated, length);
@@ -334,8 +351,8 @@ Episode EpisodeCodec::decode(std::span<const uint8_t> message) const {
   take(e.behaviour_log_probs, length);
   take(e.values, length);
   take(e.policy_versions, length);
-  take(e.final_observation, spec_.observation_size);
-  take(e.context_observations, static_cast<size_t>(context_length) * spec_.observation_size);
+  take_observations(e.final_observation, spec_.observation_size);
+  take_observations(e.context_observations, static_cast<size_t>(context_length) * spec_.observation_size);
   if (auto problem = content_problem(e, spec_))
     throw MalformedMessageError(Reason::kContent, "episode " + *problem);
   if (auto problem = fragment_problem(e, spec_))

@@ -21,6 +21,7 @@ struct EpisodeSpec {
   int64_t streams = 1;          // environments per actor: a fragment's stream is below this
   int64_t segment_steps = 0;    // a context holds at most this many steps (segment policy); 0: no bound
   bool whole_episodes = false;  // every message ends its episode (actor.fragment_steps = 0)
+  ObservationElement observation_element = ObservationElement::kFloat32;  // as the environment declares
 };
 
 class EpisodeCodec {

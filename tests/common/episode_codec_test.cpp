@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "common/support/errors.h"
@@ -216,6 +217,71 @@ TEST_F(EpisodeCodecTest, RefusesInconsistentFragmentsNamingWhatIsWrong) {
   Episode restart_with_prefix = good;
   restart_with_prefix.is_init[0] = 1;
   EXPECT_THROW(strict.encode(restart_with_prefix), InvalidArgumentError);
+}
+
+// The same episode with its observations as image bytes: every value an integer in [0, 255].
+Episode as_uint8(const Episode& e) {
+  Episode bytes = e;
+  auto to_bytes = [](const ObservationValues& values) {
+    ObservationValues out(ObservationElement::kUInt8);
+    for (size_t i = 0; i < values.size(); ++i) out.push_back(static_cast<float>((i * 37 + 11) % 256));
+    return out;
+  };
+  bytes.observations = to_bytes(e.observations);
+  bytes.final_observation = to_bytes(e.final_observation);
+  bytes.context_observations = to_bytes(e.context_observations);
+  return bytes;
+}
+
+TEST_F(EpisodeCodecTest, Uint8ObservationsRoundTripAsOneBytePerValue) {
+  EpisodeSpec spec = codec_.spec();
+  spec.observation_element = ObservationElement::kUInt8;
+  const EpisodeCodec bytes_codec(spec);
+  const Episode floats = make_episode(/*length=*/9);
+  const Episode images = as_uint8(floats);
+  const std::vector<uint8_t> message = bytes_codec.encode(images);
+  const Episode back = bytes_codec.decode(message);
+  EXPECT_EQ(back.observations.element(), ObservationElement::kUInt8);
+  EXPECT_EQ(back.observations, images.observations);
+  EXPECT_EQ(back.final_observation, images.final_observation);
+  EXPECT_EQ(back.observations[5], images.observations[5]);
+  // Three bytes saved per observation value: 9 steps and the final observation, 4 values each.
+  EXPECT_EQ(codec_.encode(floats).size() - message.size(), 3u * (9 + 1) * 4);
+}
+
+TEST_F(EpisodeCodecTest, ObservationElementsMustMatchTheSpec) {
+  EpisodeSpec spec = codec_.spec();
+  spec.observation_element = ObservationElement::kUInt8;
+  const EpisodeCodec bytes_codec(spec);
+  const Episode floats = make_episode(4);
+  // A float32 message under a uint8 spec, and the other way round, are refused by dtype.
+  EXPECT_EQ(reason_of(bytes_codec, codec_.encode(floats)), Reason::kSpec);
+  EXPECT_EQ(reason_of(codec_, bytes_codec.encode(as_uint8(floats))), Reason::kSpec);
+  try {
+    bytes_codec.encode(floats);
+    FAIL();
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_NE(std::string(error.what()).find("observations are float32, the spec's are uint8"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(ObservationValues, Uint8HoldsOnlyIntegersInTheByteRange) {
+  ObservationValues values(ObservationElement::kUInt8);
+  values.append({0.0f, 17.0f, 255.0f});
+  EXPECT_EQ(values.to_floats(), (std::vector<float>{0.0f, 17.0f, 255.0f}));
+  EXPECT_EQ(values.byte_size(), 3u);
+  for (float bad : {256.0f, -1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    try {
+      values.append({1.0f, bad});
+      FAIL() << bad;
+    } catch (const InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("expected an integer in [0, 255]"), std::string::npos);
+    }
+    EXPECT_EQ(values.size(), 3u) << "a refused step leaves nothing behind";
+  }
+  EXPECT_THROW(static_cast<void>(values.floats()), InvalidArgumentError);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """Gymnasium environments that exercise kvrl's bridge (gym:bridge_envs:<id>): spaces of
-every supported kind, one that is not supported, and one whose step raises. Importing the
+every supported kind, one that is not supported, one whose step raises, and an image
+memory task for the CNN encoder. Importing the
 module registers them (gymnasium.make's "module:id" form imports it)."""
 import gymnasium as gym
 import numpy as np
@@ -64,7 +65,53 @@ class RaisesInStep(gym.Env):
         return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
 
 
+class ImageCue(gym.Env):
+    """A uint8 [6, 6, 1] image memory task: the first image lights one of four 3x3
+    quadrants (the cue), the next `delay` images are dark, and the last one shows a query
+    mark in the centre; the action at the query scores 1 if it names the cue's quadrant.
+    Only the first image tells the cue, so a policy without memory scores 0.25."""
+    observation_space = spaces.Box(0, 255, shape=(6, 6, 1), dtype=np.uint8)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self, delay=2):
+        self.delay = int(delay)
+
+    def image(self):
+        frame = np.zeros((6, 6, 1), dtype=np.uint8)
+        if self.t == 0:
+            row, column = divmod(self.cue, 2)
+            frame[3 * row:3 * row + 3, 3 * column:3 * column + 3] = 255
+        elif self.t == self.delay + 1:
+            frame[2:4, 2:4] = 128
+        return frame
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.cue = int(self.np_random.integers(4))
+        return self.image(), {}
+
+    def step(self, action):
+        done = self.t == self.delay + 1
+        reward = float(done and int(action) == self.cue)
+        self.t += 1
+        return self.image(), reward, done, False, {}
+
+
+
+def register_late_envs():
+    """What env.gym_setup calls: registers LateGrid-v0, as MinAtar's register_envs does its games."""
+    gym.register("LateGrid-v0", entry_point=BoxGrid, max_episode_steps=50)
+
+
+class NegatedObservation(gym.ObservationWrapper):
+    """What env.gym_wrappers applies: the observation, negated."""
+    def observation(self, observation):
+        return -observation
+
+
 gym.register("BoxGrid-v0", entry_point=BoxGrid, max_episode_steps=50)
 gym.register("MultiDiscreteEcho-v0", entry_point=MultiDiscreteEcho)
 gym.register("TupleSpace-v0", entry_point=TupleSpace)
 gym.register("RaisesInStep-v0", entry_point=RaisesInStep, max_episode_steps=100)
+gym.register("ImageCue-v0", entry_point=ImageCue, max_episode_steps=16)

@@ -89,6 +89,24 @@ def test_multi_discrete_spaces(tmp_path):
     assert rewards.sum() > 0, "the echo must pay at least once for the case to mean anything"
 
 
+def test_setup_registers_the_id_and_wrappers_wrap_each_environment(tmp_path):
+    actions = np.random.default_rng(6).uniform(-1, 1, size=(12, 4)).astype(np.float32)
+    result, ours = rollout(tmp_path, {"name": "gym:LateGrid-v0", "seed": 6, "actions": torch.as_tensor(actions),
+                                      "gym_setup": ["bridge_envs:register_late_envs"],
+                                      "gym_wrappers": ["bridge_envs:NegatedObservation"]})
+    assert result.returncode == 0, result.stderr
+    env = bridge_envs.NegatedObservation(gym.make("BoxGrid-v0"))
+    initial, _ = env.reset(seed=6)
+    assert_same(ours, reference_rollout(env, actions.reshape(12, 2, 2)), initial.reshape(-1))
+    without, _ = rollout(tmp_path, {"name": "gym:LateGrid-v0", "resets": 1})
+    assert "gym:LateGrid-v0: gymnasium.make refused it" in without.stderr
+    broken, _ = rollout(tmp_path, {"name": "gym:LateGrid-v0", "resets": 1, "gym_setup": ["bridge_envs:nothing"]})
+    assert "env.gym_setup 'bridge_envs:nothing' cannot be loaded" in broken.stderr, broken.stderr
+    native, _ = rollout(tmp_path, {"name": "CartPole-v1", "resets": 1, "gym_wrappers": ["a:b"]})
+    assert "env.gym_wrappers: Python callables apply to gym:<id> environments only, not to CartPole-v1" in \
+        native.stderr, native.stderr
+
+
 @pytest.mark.parametrize("payload, message", [
     ({"name": "gym:bridge_envs:TupleSpace-v0", "resets": 1},
      "gym:bridge_envs:TupleSpace-v0: its observation space Tuple(Discrete(2), Discrete(3)) is not supported "

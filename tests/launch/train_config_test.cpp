@@ -83,6 +83,19 @@ TEST(TrainConfig, ContextPolicyPositionsAndWindowMustAgree) {
       << renamed;
 }
 
+// The image encoder's keys: the layers' form, and no observation normaliser beside it.
+TEST(TrainConfig, EncoderKeysAreCheckedAtParse) {
+  const TrainConfig cnn = TrainConfig::parse("", {"model.encoder=cnn", "model.cnn_layers=16x3s1"});
+  EXPECT_EQ(cnn.encoder, "cnn");
+  EXPECT_EQ(cnn.cnn_layers, "16x3s1");
+  const std::string layers = refusal("", {"model.encoder=cnn", "model.cnn_layers=16x3"});
+  EXPECT_NE(layers.find("'model.cnn_layers' = '16x3'"), std::string::npos) << layers;
+  EXPECT_NE(layers.find("does not read CHANNELSxKERNELsSTRIDE"), std::string::npos) << layers;
+  EXPECT_NE(refusal("", {"model.encoder=resnet"}).find("one of mlp cnn"), std::string::npos);
+  const std::string normalised = refusal("", {"model.encoder=cnn", "model.normalize_observations=true"});
+  EXPECT_NE(normalised.find("does not apply with model.encoder = cnn"), std::string::npos) << normalised;
+}
+
 TEST(TrainConfig, RefusesTextThatIsNotUtf8) {
   EXPECT_EQ(refusal("run:\n  dir: caf\xc3\xa9\n"), "accepted");
   EXPECT_NE(refusal("run:\n  dir: caf\xe9\n").find("expected UTF-8 text"), std::string::npos);

@@ -14,7 +14,7 @@ inline Episode episode_of_length(int64_t length, bool terminated = true, float r
   e.observation_size = 2;
   e.action_size = 1;
   for (int64_t t = 0; t < length; ++t) {
-    e.observations.insert(e.observations.end(), {static_cast<float>(length), static_cast<float>(t)});
+    e.observations.append({static_cast<float>(length), static_cast<float>(t)});
     e.actions.push_back(0);
     e.rewards.push_back(reward);
     e.terminated.push_back(terminated && t == length - 1);

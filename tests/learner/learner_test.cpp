@@ -37,6 +37,33 @@ TEST(WindowBatch, PacksEpisodesFirstFitAndStartsRowsAtEpisodeStarts) {
   EXPECT_FALSE(batch.step_mask[1][9].item<bool>());
 }
 
+// Image episodes stay bytes in the batch: the same layout as floats, a quarter of the memory.
+TEST(WindowBatch, Uint8ObservationsArePackedAsBytes) {
+  std::vector<Episode> floats{episode_of_length(3), episode_of_length(9), episode_of_length(5)};
+  std::vector<Episode> bytes = floats;
+  for (Episode& e : bytes) {
+    for (ObservationValues* values : {&e.observations, &e.final_observation}) {
+      ObservationValues image(ObservationElement::kUInt8);
+      for (float value : values->to_floats()) image.push_back(value < 0 ? 200.0f : value);
+      *values = image;
+    }
+  }
+  const WindowBatch from_floats = pack_windows(floats, 16);
+  const WindowBatch from_bytes = pack_windows(bytes, 16);
+  EXPECT_EQ(from_bytes.observations.scalar_type(), at::kByte);
+  EXPECT_EQ(from_bytes.observations[1][9][0].item<int64_t>(), 200);  // a final observation
+  EXPECT_TRUE(torch::equal(from_bytes.observations.to(at::kFloat),
+                           from_floats.observations.clamp_min(0) + from_floats.observations.lt(0) * 200));
+  std::vector<Episode> mixed{floats[0], bytes[1]};
+  try {
+    pack_windows(mixed, 16);
+    FAIL();
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_NE(std::string(error.what()).find("different observation elements (float32 and uint8)"),
+              std::string::npos);
+  }
+}
+
 TEST(WindowBatch, RowsAreCutToTheWidestSelectedRow) {
   // Rows of 10, 8 and 6 tokens (9-, 7- and 5-step episodes).
   const WindowBatch batch =
@@ -77,8 +104,7 @@ Episode fragment(int64_t length, int64_t first_step, int64_t context) {
   e.terminated.back() = 0;
   e.first_step = first_step;
   e.is_init[0] = context == 0;
-  for (int64_t i = 0; i < context; ++i)
-    e.context_observations.insert(e.context_observations.end(), {9.0f, 9.0f});
+  for (int64_t i = 0; i < context; ++i) e.context_observations.append({9.0f, 9.0f});
   return e;
 }
 

@@ -38,17 +38,19 @@ std::vector<Episode> acted_by(ActorCritic& model, int64_t version) {
   for (Episode& e : episodes) {
     model.trunk().reset_cache();
     at::Generator generator = at::detail::createCPUGenerator(3);
+    std::vector<float> observations = e.observations.to_floats();
     for (int64_t t = 0; t < e.length(); ++t) {
       const at::Tensor observation =
-          torch::from_blob(e.observations.data() + 2 * t, {1, 2}, torch::kFloat).clone() * 10 + 3;
+          torch::from_blob(observations.data() + 2 * t, {1, 2}, torch::kFloat).clone() * 10 + 3;
       std::copy(observation.data_ptr<float>(), observation.data_ptr<float>() + 2,
-                e.observations.data() + 2 * t);
+                observations.data() + 2 * t);
       const PolicyStep step = model.act(observation, torch::full({1}, t == 0, torch::kBool), generator);
       e.actions[t] = step.actions[0][0].item<float>();
       e.behaviour_log_probs[t] = step.log_probs[0].item<float>();
       e.values[t] = step.values[0].item<float>();
       e.policy_versions[t] = version;
     }
+    e.observations = observations;
   }
   return episodes;
 }

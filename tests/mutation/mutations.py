@@ -398,6 +398,15 @@ MUTATIONS = [
         catchers=("common_test", "learner_test"),
     ),
     Mutation(
+        id="cnn-reads-channels-first",
+        file="common/model/image_encoder.cpp",
+        find="""  const at::Tensor images = observations.reshape({-1, shape[0], shape[1], shape[2]})
+                                .permute({0, 3, 1, 2})""",
+        replace="""  const at::Tensor images = observations.reshape({-1, shape[2], shape[0], shape[1]})""",
+        bug="the CNN reads Gymnasium's height-width-channel images as channels-first: the pixels are scrambled",
+        catchers=("common_test",),
+    ),
+    Mutation(
         id="mujoco-velocities-unclipped",
         file="actor/mujoco_locomotion.cpp",
         find="*out++ = static_cast<float>(std::clamp(data_->qvel[i], -clip, clip));",
