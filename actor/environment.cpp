@@ -24,7 +24,10 @@ StepResult Environment::step(std::span<const float> action, std::span<float> obs
   StepResult result = step_dynamics(action, observation);
   ++elapsed_steps_;
   const int64_t limit = episode_step_limit();
-  if (limit > 0 && elapsed_steps_ >= limit) result.truncated = !result.terminated;
+  if (limit > 0 && elapsed_steps_ >= limit) result.truncated = true;
+  // Gymnasium lets both be set (a goal reached on the last allowed step, as MiniGrid's can
+  // be): the episode ended in a terminal state, which is not bootstrapped.
+  result.truncated = result.truncated && !result.terminated;
   if (result.terminated || result.truncated) in_episode_ = false;
   return result;
 }

@@ -242,6 +242,9 @@ py::object import_gymnasium(const std::string& where) {
 // The Python object a "module:attribute" entry names (the attribute may be dotted).
 py::object python_callable(const std::string& key, const std::string& entry) {
   const size_t colon = entry.find(':');
+  if (colon == std::string::npos) {
+    throw InvalidArgumentError(key + " '" + entry + "' is not a Python module:attribute");
+  }
   try {
     py::object found = py::module_::import("importlib").attr("import_module")(entry.substr(0, colon));
     std::stringstream path(entry.substr(colon + 1));
@@ -391,7 +394,7 @@ class GymVectorEnv : public VectorEnv {
       for (int64_t i = 0; i < num_envs(); ++i) {
         rewards_[i] = rewards.data()[i];
         terminated_[i] = terminated.data()[i];
-        truncated_[i] = truncated.data()[i];
+        truncated_[i] = truncated.data()[i] && !terminated_[i];  // terminated wins, as in Environment::step
         is_init_[i] = terminated_[i] || truncated_[i];
         if (is_init_[i]) {
           const int64_t width = observation_size();

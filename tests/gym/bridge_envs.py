@@ -99,6 +99,22 @@ class ImageCue(gym.Env):
 
 
 
+class GoalOnTheLastStep(gym.Env):
+    """Reaches its goal on the fifth step, the last its own time limit allows, and says both
+    terminated and truncated, as Gymnasium allows and MiniGrid's environments do."""
+    observation_space = spaces.Box(0.0, 5.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, dtype=np.float32), float(action), self.t == 5, self.t == 5, {}
+
+
 def register_late_envs():
     """What env.gym_setup calls: registers LateGrid-v0, as MinAtar's register_envs does its games."""
     gym.register("LateGrid-v0", entry_point=BoxGrid, max_episode_steps=50)
@@ -115,3 +131,4 @@ gym.register("MultiDiscreteEcho-v0", entry_point=MultiDiscreteEcho)
 gym.register("TupleSpace-v0", entry_point=TupleSpace)
 gym.register("RaisesInStep-v0", entry_point=RaisesInStep, max_episode_steps=100)
 gym.register("ImageCue-v0", entry_point=ImageCue, max_episode_steps=16)
+gym.register("GoalOnTheLastStep-v0", entry_point=GoalOnTheLastStep, max_episode_steps=5)

@@ -107,6 +107,12 @@ def test_setup_registers_the_id_and_wrappers_wrap_each_environment(tmp_path):
         native.stderr, native.stderr
 
 
+def test_terminated_wins_over_truncated_on_the_same_step(tmp_path):
+    ours = bridged(tmp_path, "bridge_envs:GoalOnTheLastStep-v0", 0, np.ones((5, 1)))
+    assert ours["terminated"].tolist() == [False] * 4 + [True]
+    assert ours["truncated"].tolist() == [False] * 5  # a terminal state: nothing to bootstrap
+
+
 @pytest.mark.parametrize("payload, message", [
     ({"name": "gym:bridge_envs:TupleSpace-v0", "resets": 1},
      "gym:bridge_envs:TupleSpace-v0: its observation space Tuple(Discrete(2), Discrete(3)) is not supported "

@@ -40,3 +40,12 @@ def test_a_python_exception_in_step_ends_the_run_with_its_traceback(tmp_path):
     logs = (tmp_path / "rank1.log").read_text() + (tmp_path / "rank2.log").read_text()
     assert "Traceback (most recent call last)" in logs
     assert "ValueError: bridge_envs.RaisesInStep: the sensor failed at step 4" in logs
+
+
+def test_steps_both_terminated_and_truncated_train_as_terminated(tmp_path):
+    # Gymnasium's vector environment reports both flags for the goal reached on the last
+    # allowed step; the actor ships it as terminated instead of failing to encode it.
+    result = train(tmp_path, "env.name=gym:bridge_envs:GoalOnTheLastStep-v0", "run.total_env_steps=8000",
+                   "learner.steps_per_update=1024", "env.num_envs=4", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "env_steps=" in result.stdout

@@ -1,15 +1,18 @@
-"""PPO learning runs on the native MuJoCo tasks (issue #20): configs/mujoco_ppo.yaml with
-1 learner + 2 actors under launch/kvrl-mpirun, 1M env steps each.
+"""PPO learning runs (issue #20) under launch/kvrl-mpirun with 1 learner + 2 actors: the
+native MuJoCo tasks (configs/mujoco_ppo.yaml, 1M env steps) and image tasks through the
+Gymnasium bridge (MinAtar's Breakout, MiniGrid's MemoryS7, with the CNN encoder).
 
 Reported per run: the mean return of the last 100 episodes at the end, the best such mean
 during the run, the env steps at which the mean first reached the target ("-" when it
-never did) and the wall time. The targets are the issue's, set against CleanRL's PPO at
-1M steps (2231 Hopper, 1823 HalfCheetah, 3050 Walker2d on the v2/v4 tasks); the
-positions-only Hopper compares the transformer with its no-context ablation.
+never did) and the wall time. The MuJoCo targets are the issue's, set against CleanRL's
+PPO at 1M steps (2231 Hopper, 1823 HalfCheetah, 3050 Walker2d on the v2/v4 tasks). The
+ablations (".../no_context") run the same config with model.temporal_context=false.
+Breakout's target is ten times a random policy's mean return (0.38 over 1000 episodes).
 
-    python bench/mujoco_runs.py --seeds 1 2 3 --out bench/results/mujoco_runs.json
-    python bench/mujoco_runs.py --only hopper --seeds 1 --steps 300000
-    python bench/mujoco_runs.py --from-runs DIR --seeds 1 2 3      # the table again, from --keep-runs DIR
+    python bench/learning_runs.py --only hopper --seeds 1 2 3 --out bench/results/mujoco_runs.json
+    python bench/learning_runs.py --only breakout breakout/no_context --seeds 1 2 3
+    python bench/learning_runs.py --only hopper --seeds 1 --steps 300000
+    python bench/learning_runs.py --from-runs DIR --seeds 1 2 3      # the table again, from --keep-runs DIR
 """
 import argparse
 import json
@@ -22,15 +25,22 @@ from long_episode_runs import first_reaching
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# name: (overrides of configs/mujoco_ppo.yaml, target mean return)
+MUJOCO = "mujoco_ppo.yaml"
+NO_CONTEXT = ["model.temporal_context=false"]
+# name: (config, overrides, target mean return, env steps)
 RUNS = {
-    "hopper": (["env.name=Hopper-v5"], 2000),
-    "halfcheetah": (["env.name=HalfCheetah-v5"], 1500),
-    "walker2d": (["env.name=Walker2d-v5"], 2500),
+    "hopper": (MUJOCO, ["env.name=Hopper-v5"], 2000, 1_000_000),
+    "halfcheetah": (MUJOCO, ["env.name=HalfCheetah-v5"], 1500, 1_000_000),
+    "walker2d": (MUJOCO, ["env.name=Walker2d-v5"], 2500, 1_000_000),
     # Partially observed: joint positions only, so velocities come from the history.
-    "hopper_positions": (["env.name=Hopper-v5", "env.observe=positions"], 1000),
-    "hopper_positions/no_context": (["env.name=Hopper-v5", "env.observe=positions",
-                                     "model.temporal_context=false"], 1000),
+    "hopper_positions": (MUJOCO, ["env.name=Hopper-v5", "env.observe=positions"], 1000, 500_000),
+    "hopper_positions/no_context": (MUJOCO, ["env.name=Hopper-v5", "env.observe=positions", *NO_CONTEXT], 1000,
+                                    500_000),
+    "breakout": ("minatar_breakout_ppo.yaml", [], 3.8, 2_000_000),
+    "breakout/no_context": ("minatar_breakout_ppo.yaml", NO_CONTEXT, 3.8, 2_000_000),
+    # Success pays 1 - 0.9 * steps / 245; the two doors make a memoryless policy a coin flip.
+    "memory_s7": ("minigrid_memory_ppo.yaml", [], 0.8, 3_000_000),
+    "memory_s7/no_context": ("minigrid_memory_ppo.yaml", NO_CONTEXT, 0.8, 3_000_000),
 }
 
 
@@ -46,23 +56,23 @@ def summarize(run_dir, name, seed, target):
 
 
 def run(kvrl, name, seed, steps, keep_dir):
-    overrides, target = RUNS[name]
+    config, overrides, target, default_steps = RUNS[name]
+    steps = steps or default_steps
     run_dir = Path(keep_dir) / name.replace("/", "_") / f"seed{seed}"
-    command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", "3", kvrl, "train",
-               str(ROOT / "configs" / "mujoco_ppo.yaml"), f"run.dir={run_dir}", f"run.seed={seed}",
-               f"run.total_env_steps={steps}", *overrides]
+    command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", "3", kvrl, "train", str(ROOT / "configs" / config),
+               f"run.dir={run_dir}", f"run.seed={seed}", f"run.total_env_steps={steps}", *overrides]
     begin = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=7200)
     if result.returncode != 0:
         raise RuntimeError(f"{name} failed ({result.returncode}): {result.stderr[-2000:]}")
     row = summarize(run_dir, name, seed, target)
-    row.update({"overrides": overrides, "wall_s": time.perf_counter() - begin})
+    row.update({"config": config, "overrides": overrides, "wall_s": time.perf_counter() - begin})
     return row
 
 
 def show(row):
     to_target = "-" if row["steps_to_target"] is None else f"{row['steps_to_target']:,}"
-    print(f"| {row['name']} | {row['seed']} | {row['mean_return']:.0f} | {row['best_mean_return']:.0f} | "
+    print(f"| {row['name']} | {row['seed']} | {row['mean_return']:.4g} | {row['best_mean_return']:.4g} | "
           f"{row['target']} | {to_target} | {row['env_steps']:,} | {row['learner_wall_s']:.0f} s |", flush=True)
 
 
@@ -71,7 +81,7 @@ def main():
     parser.add_argument("--kvrl", default=str(ROOT / "build" / "launch" / "kvrl"))
     parser.add_argument("--only", nargs="*", choices=sorted(RUNS), help="these runs only (default: all)")
     parser.add_argument("--seeds", type=int, nargs="*", default=[1])
-    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--steps", type=int, help="env steps of every run (default: each run's own)")
     parser.add_argument("--keep-runs", help="keep the run directories here (default: a temporary folder)")
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--from-runs", help="train nothing: summarize the runs kept earlier with --keep-runs DIR")
@@ -80,11 +90,16 @@ def main():
     print("| run | seed | final return | best mean return | target | env steps to target | env steps | wall |")
     print("|---|---|---|---|---|---|---|---|")
     if args.from_runs:
+        rows = []
         for seed in args.seeds:
             for name in names:
                 run_dir = Path(args.from_runs) / name.replace("/", "_") / f"seed{seed}"
                 if (run_dir / "metrics.jsonl").exists():
-                    show(summarize(run_dir, name, seed, RUNS[name][1]))
+                    rows.append(summarize(run_dir, name, seed, RUNS[name][2]))
+                    rows[-1].update({"config": RUNS[name][0], "overrides": RUNS[name][1]})
+                    show(rows[-1])
+        if args.out:
+            Path(args.out).write_text(json.dumps({"runs": rows}, indent=1) + "\n")
         return
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -94,7 +109,7 @@ def main():
                 rows.append(run(args.kvrl, name, seed, args.steps, keep))
                 show(rows[-1])
                 if args.out:
-                    Path(args.out).write_text(json.dumps({"steps": args.steps, "runs": rows}, indent=1) + "\n")
+                    Path(args.out).write_text(json.dumps({"runs": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
