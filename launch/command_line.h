@@ -23,6 +23,7 @@ struct EvalArguments {
   std::string seed = "0";
   bool greedy = false;
   std::string trace_path;  // non-empty: write every step played here (torch.load)
+  std::string max_steps;   // non-empty: episodes end (truncated) after this many steps
 };
 
 // `kvrl transformer-demo [--envs N] [--steps T] [--seed S]`

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "actor/gym_bridge.h"
 #include "actor/policy_fit.h"
 #include "actor/vector_env.h"
 #include "common/io/state_dict_io.h"
@@ -160,6 +161,15 @@ int run_eval(const EvalArguments& arguments) {
     env_config.env_name = env_name;
     env_config.env_plugin.clear();
   }
+  if (!arguments.max_steps.empty()) {
+    // The time limit the way each kind of environment takes it.
+    const int64_t limit = parse_count("--max-steps", arguments.max_steps, 1, int64_t{1} << 40);
+    if (env_config.env_plugin.empty() && is_gym_environment(env_config.env_name)) {
+      env_config.env_kwargs["max_episode_steps"] = std::to_string(limit);
+    } else {
+      env_config.env_options["max_episode_steps"] = static_cast<double>(limit);
+    }
+  }
   const std::unique_ptr<Environment> checked = make_configured_env(env_config);
   const Environment& prototype = *checked;
   const ActorCriticOptions& policy = saved.model->options();
@@ -169,7 +179,7 @@ int run_eval(const EvalArguments& arguments) {
   if (time_limit <= 0) {
     throw InvalidArgumentError(prototype.name() +
                                " has no time limit, so an evaluation episode might never end: give it one "
-                               "(env.options.max_episode_steps in the run's config)");
+                               "with --max-steps N");
   }
   const std::string name = prototype.name();
   const std::unique_ptr<VectorEnv> vector =

@@ -58,6 +58,10 @@ void add_eval(CLI::App& app, kvrl::EvalArguments& eval, Command& command) {
                   "write each episode's observations, actions, rewards and context starts to this file "
                   "(torch.load)")
       ->type_name("OUT.pt");
+  sub->add_option(
+         "--max-steps", eval.max_steps,
+         "end each episode after N steps, truncated (needed where the environment has no time limit)")
+      ->type_name("N");
   sub->callback([&] { command = [&] { return kvrl::run_eval(eval); }; });
 }
 

@@ -114,3 +114,12 @@ def test_torchrl_with_the_exported_cnn_takes_the_actions_kvrl_eval_took(trained,
         assert actions.tolist() == episode["actions"].view(-1).long().tolist()
         answers.add(int(actions[-1]))
     assert len(answers) > 1, "the answers should follow the cue"
+
+
+def test_eval_max_steps_cuts_every_episode(trained):
+    run_dir, _ = trained
+    checkpoint = sorted((run_dir / "checkpoints").glob("checkpoint-*.pt"))[-1]
+    result = subprocess.run([KVRL, "eval", str(checkpoint), "--episodes", "4", "--max-steps", "2"],
+                            capture_output=True, text=True, timeout=120, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "lengths: 2 2 2 2" in result.stdout, result.stdout  # the task's episodes take 4 steps

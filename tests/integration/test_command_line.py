@@ -9,7 +9,7 @@ KVRL = os.environ.get("KVRL_BIN")
 
 SUBCOMMANDS = {
     "train": ["--resume", "CONFIG.yaml", "key=value"],
-    "eval": ["CHECKPOINT", "--env", "--episodes", "--seed", "--greedy"],
+    "eval": ["CHECKPOINT", "--env", "--episodes", "--seed", "--greedy", "--trace", "--max-steps"],
     "export": ["CHECKPOINT", "OUT.pt"],
     "env-rollout": ["IN.pt", "OUT.pt"],
     "transformer-eval": ["IN.pt", "OUT.pt"],
