@@ -16,7 +16,8 @@ TORCH_VERSION="${KVRL_TORCH_VERSION:-2.15.0}"
 MUJOCO_VERSION="${KVRL_MUJOCO_VERSION:-4.0.1}"
 GYMNASIUM_VERSION="1.4.0"
 TEST_PACKAGES=(torchrl-nightly==2026.10.27 tensordict-nightly==2026.10.26 "gymnasium==$GYMNASIUM_VERSION"
-               "mujoco==$MUJOCO_VERSION" imageio==2.38.2 popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0")
+               "mujoco==$MUJOCO_VERSION" imageio==2.38.2 popgym==1.0.7 numpy pytest matplotlib "tensorboard==2.21.0"
+               minatar==1.0.15 minigrid==3.2.0)  # the last two: bench/learning_runs.py's image tasks
 APT_PACKAGES=(openmpi-bin libopenmpi-dev libboost-dev libspdlog-dev libgtest-dev
               libyaml-cpp-dev nlohmann-json3-dev libcli11-dev pybind11-dev cmake g++ clang clang-format clang-tidy
               python3-venv)
@@ -83,7 +84,7 @@ echo "$mujoco_models" > "$KVRL_CACHE/mujoco_model_dir"
 say "MuJoCo library: $mujoco_library; model XML: $mujoco_models"
 
 if [ "$with_test" -eq 1 ]; then
-  if ! "$VENV/bin/python" -c "import torchrl, tensordict, gymnasium, popgym, matplotlib, tensorboard, imageio, mujoco; from torchrl.modules import TransformerModule; import gymnasium.envs.mujoco" 2>/dev/null; then
+  if ! "$VENV/bin/python" -c "import torchrl, tensordict, gymnasium, popgym, matplotlib, tensorboard, imageio, mujoco, minatar, minigrid; from torchrl.modules import TransformerModule; import gymnasium.envs.mujoco" 2>/dev/null; then
     say "installing test packages: ${TEST_PACKAGES[*]}"
     pip_install "torch==$TORCH_VERSION" "${TEST_PACKAGES[@]}"
   else
