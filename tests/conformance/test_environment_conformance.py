@@ -193,7 +193,7 @@ def test_reset_seed_gives_the_same_draws_and_another_seed_others(kvrl_bin, tmp_p
     ({"name": "CartPole-v1", "resets": 4, "seed": "x"}, "input['seed'] must be an int (the reset seed)"),
     ({"name": "CartPole-v1", "resets": 4, "actions": torch.zeros(1, 1)},
      "input['actions'] is not allowed with input['resets'] (which draws initial observations from kvrl's "
-     "own reset; allowed: name, plugin, options, observe, resets, seed)"),
+     "own reset; allowed: name, plugin, options, observe, resets, seed, gym_setup, gym_wrappers)"),
     ({"name": "CartPole-v1", "resets": 4, "state": torch.zeros(4, dtype=torch.float64)},
      "input['state'] is not allowed with input['resets']"),
 ])
