@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "common/comm/device_placement.h"
-#include "common/model/image_encoder.h"
+#include "common/model/conv_layers.h"
 #include "common/support/errors.h"
 #include "common/support/number_text.h"
 #include "learner/policy_lag.h"

@@ -13,19 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "common/model/conv_layers.h"
+
 namespace kvrl {
-
-struct ConvLayer {
-  int64_t channels = 0;
-  int64_t kernel = 0;  // square kernels
-  int64_t stride = 1;
-  bool operator==(const ConvLayer& other) const = default;
-};
-
-// "32x8s4,64x4s2,64x3s1": channels x kernel s stride, per layer. Throws
-// InvalidArgumentError naming the part that does not read so.
-std::vector<ConvLayer> parse_conv_layers(const std::string& text);
-std::string conv_layers_text(const std::vector<ConvLayer>& layers);
 
 struct ImageEncoderOptions {
   std::vector<int64_t> image_shape;                                      // [H, W, C]
