@@ -4,7 +4,6 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 
-
 #include "common/support/errors.h"
 
 namespace kvrl {
