@@ -36,19 +36,16 @@ void ContextHistory::push(const float* observation) {
 
 int64_t ContextHistory::kept() const { return std::min(steps_, capacity_); }
 
-void ContextHistory::copy_last(int64_t n, float* out) const {
+std::span<const float> ContextHistory::last(int64_t n) const {
   if (n < 0 || n > kept()) {
     throw InvalidArgumentError("ContextHistory keeps " + std::to_string(kept()) + " steps, asked for " +
                                std::to_string(n));
   }
-  const auto begin = buffer_.end() - static_cast<std::ptrdiff_t>(n * observation_size_);
-  std::copy(begin, buffer_.end(), out);
+  return std::span<const float>(buffer_).last(static_cast<size_t>(n * observation_size_));
 }
 
-void ContextHistory::append_last(int64_t n, ObservationValues& out) const {
-  std::vector<float> last(static_cast<size_t>(n * observation_size_));
-  copy_last(n, last.data());
-  out.append(last);
-}
+void ContextHistory::copy_last(int64_t n, float* out) const { std::ranges::copy(last(n), out); }
+
+void ContextHistory::append_last(int64_t n, ObservationValues& out) const { out.append(last(n)); }
 
 }  // namespace kvrl

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/wire/observation_values.h"
@@ -29,6 +30,9 @@ class ContextHistory {
   void copy_last(int64_t n, float* out) const;
 
  private:
+  // The last n kept observations; throws InvalidArgumentError when n > kept().
+  std::span<const float> last(int64_t n) const;
+
   int64_t observation_size_;
   int64_t capacity_;
   int64_t steps_ = 0;
