@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -129,7 +130,7 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
   switch (options_.on_weight_update) {
     case WeightUpdatePolicy::kRestart:
       model_->mark_weight_update();
-      contexts_restarted_ = true;  // the next step starts every stream's context
+      std::fill(restart_pending_.begin(), restart_pending_.end(), 1);  // each stream's next step starts a context
       return;
     case WeightUpdatePolicy::kKeep:
       model_->keep_context_across_weight_update();
@@ -186,17 +187,17 @@ bool ActorLoop::ship_outbox() {
   return true;
 }
 
-void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init) {
+void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init,
+                            std::span<const int64_t> streams) {
   const int64_t obs_size = env_.observation_size();
   const int64_t act_size = env_.action_size();
   const float* obs = env_.observations().data();
-  const float* actions = step.actions.data_ptr<float>();
-  const float* log_probs = step.log_probs.data_ptr<float>();
-  const float* values = step.values.data_ptr<float>();
-  for (int64_t i = 0; i < env_.num_envs(); ++i) {
+  for (size_t k = 0; k < streams.size(); ++k) {
+    const int64_t i = streams[k];
+    const float* actions = step.actions.data_ptr<float>() + k * act_size;
     Episode& e = open_[i];
     ContextHistory& context = contexts_[i];
-    if (is_init[i]) context.restart();
+    if (is_init[k]) context.restart();
     if (e.length() == 0) {  // a fragment starts: it carries what its first step attends to
       const int64_t prefix = std::min(context.kept(), options_.context_reach);
       context.append_last(prefix, e.context_observations);
@@ -204,27 +205,28 @@ void ActorLoop::record_step(const PolicyStep& step, const std::vector<uint8_t>& 
     }
     e.observations.append(std::span<const float>(obs + i * obs_size, obs_size));
     context.push(obs + i * obs_size);
-    e.actions.insert(e.actions.end(), actions + i * act_size, actions + (i + 1) * act_size);
-    e.is_init.push_back(is_init[i]);
-    e.behaviour_log_probs.push_back(log_probs[i]);
-    e.values.push_back(values[i]);
+    e.actions.insert(e.actions.end(), actions, actions + act_size);
+    e.is_init.push_back(is_init[k]);
+    e.behaviour_log_probs.push_back(step.log_probs.data_ptr<float>()[k]);
+    e.values.push_back(step.values.data_ptr<float>()[k]);
     e.policy_versions.push_back(stats_.policy_version);
   }
 }
 
-std::vector<uint8_t> ActorLoop::context_starts() {
-  std::vector<uint8_t> init(env_.is_init().begin(), env_.is_init().end());
-  for (size_t i = 0; i < init.size(); ++i) {
-    if (init[i]) continue;
-    if (contexts_restarted_) {
+std::vector<uint8_t> ActorLoop::context_starts(std::span<const int64_t> streams) {
+  std::vector<uint8_t> init(streams.size());
+  for (size_t k = 0; k < streams.size(); ++k) {
+    const int64_t i = streams[k];
+    init[k] = env_.is_init()[i];
+    if (!init[k] && restart_pending_[i]) {
       ++stats_.contexts_restarted;
-      init[i] = 1;
-    } else if (options_.segment_steps > 0 && contexts_[i].steps() >= options_.segment_steps) {
+      init[k] = 1;
+    } else if (!init[k] && options_.segment_steps > 0 && contexts_[i].steps() >= options_.segment_steps) {
       ++stats_.segment_restarts;
-      init[i] = 1;
+      init[k] = 1;
     }
+    restart_pending_[i] = 0;
   }
-  contexts_restarted_ = false;
   return init;
 }
 
@@ -267,16 +269,35 @@ void ActorLoop::forward_stop_request() {
   for (int learner : options_.learner_ranks) transport_.send(learner, MessageTag::kStopRequest, {});
 }
 
-// The policy's step for the current observations, with what the episode records back on
-// the host in one device-to-host copy.
-PolicyStep ActorLoop::act(const std::vector<uint8_t>& init, at::Generator& generator) {
+at::Tensor ActorLoop::observations_of(std::span<const int64_t> streams) const {
   const int64_t obs_size = env_.observation_size();
-  const at::Tensor observations =
-      at::from_blob(const_cast<float*>(env_.observations().data()), {env_.num_envs(), obs_size}, at::kFloat)
-          .to(options_.device);
+  const auto count = static_cast<int64_t>(streams.size());
+  if (count == env_.num_envs() && !env_.asynchronous()) {  // every stream, in order
+    return at::from_blob(const_cast<float*>(env_.observations().data()), {count, obs_size}, at::kFloat)
+        .to(options_.device);
+  }
+  at::Tensor rows = at::empty({count, obs_size}, at::kFloat);
+  for (int64_t k = 0; k < count; ++k) {
+    std::memcpy(rows.data_ptr<float>() + k * obs_size, env_.observations().data() + streams[k] * obs_size,
+                obs_size * sizeof(float));
+  }
+  return rows.to(options_.device);
+}
+
+// The policy's step for the current observations of `streams`, with what the episode
+// records back on the host in one device-to-host copy. With asynchronous environments the
+// trunk's cache is keyed by stream, even on a step that happens to cover every stream.
+PolicyStep ActorLoop::act(std::span<const int64_t> streams, const std::vector<uint8_t>& init,
+                          at::Generator& generator) {
+  const auto count = static_cast<int64_t>(streams.size());
   const at::Tensor is_init =
-      at::from_blob(const_cast<uint8_t*>(init.data()), {env_.num_envs()}, at::kBool).to(options_.device);
-  PolicyStep step = model_->act(observations, is_init, generator);
+      at::from_blob(const_cast<uint8_t*>(init.data()), {count}, at::kBool).to(options_.device);
+  const at::Tensor stream_ids =
+      env_.asynchronous() ? at::tensor(std::vector<int64_t>(streams.begin(), streams.end()), at::kLong)
+                          : at::Tensor();
+  PolicyStep step = model_->act(observations_of(streams), is_init, generator, /*greedy=*/false, stream_ids);
+  ++stats_.policy_steps;
+  stats_.partial_policy_steps += count < env_.num_envs() ? 1 : 0;
   stats_.graph_steps += model_->trunk().stepped_from_graph() ? 1 : 0;
   if (options_.device.is_cuda()) {
     const int64_t act_size = env_.action_size();
@@ -286,14 +307,15 @@ PolicyStep ActorLoop::act(const std::vector<uint8_t>& init, at::Generator& gener
     step.log_probs = host.select(1, act_size).contiguous();
     step.values = host.select(1, act_size + 1).contiguous();
   }
+  step.actions = step.actions.contiguous();  // read as flat rows by record_step and send
   return step;
 }
 
-// Records the step's outcome in every open episode and moves the finished ones, and the
-// fragments that reached fragment_steps, to the outbox.
-void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
+// Records the step's outcome in the open episodes of `streams` and moves the finished
+// ones, and the fragments that reached fragment_steps, to the outbox.
+void ActorLoop::record_outcomes(std::span<const int64_t> streams, uint64_t& next_episode_id) {
   const int64_t obs_size = env_.observation_size();
-  for (int64_t i = 0; i < env_.num_envs(); ++i) {
+  for (const int64_t i : streams) {
     Episode& e = open_[i];
     e.rewards.push_back(static_cast<float>(env_.rewards()[i]));
     e.terminated.push_back(env_.terminated()[i]);
@@ -314,15 +336,14 @@ void ActorLoop::record_outcomes(uint64_t& next_episode_id) {
   }
 }
 
-void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id,
-                                  std::vector<float>& actions) {
-  const std::vector<uint8_t> init = context_starts();
-  const PolicyStep step = act(init, generator);
-  record_step(step, init);
-  std::memcpy(actions.data(), step.actions.contiguous().data_ptr<float>(), actions.size() * sizeof(float));
-  env_.step(actions);
-  stats_.env_steps += env_.num_envs();
-  record_outcomes(next_episode_id);
+void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id) {
+  const std::vector<uint8_t> init = context_starts(ready_);
+  const PolicyStep step = act(ready_, init, generator);
+  record_step(step, init, ready_);
+  env_.send(ready_, std::span<const float>(step.actions.data_ptr<float>(), step.actions.numel()));
+  ready_ = env_.wait_ready();
+  stats_.env_steps += static_cast<int64_t>(ready_.size());
+  record_outcomes(ready_, next_episode_id);
 }
 
 // Every learner has stopped: count what was left, join the announced broadcasts, then tell
@@ -349,7 +370,9 @@ ActorStats ActorLoop::run() {
   for (int64_t i = 0; i < env_.num_envs(); ++i) {
     open_.push_back(empty_episode(transport_.rank(), next_episode_id++, codec_.spec(), i));
     contexts_.emplace_back(env_.observation_size(), std::max(options_.context_reach, options_.segment_steps));
+    ready_.push_back(i);
   }
+  restart_pending_.assign(env_.num_envs(), 0);
   // Act only with the learners' weights: wait for version 0.
   while (stats_.policy_version < 0 && !all_learners_stopped()) {
     drain();
@@ -359,7 +382,6 @@ ActorStats ActorLoop::run() {
       cat("acting with policy version ", stats_.policy_version, " on ", env_.num_envs(), " x ", env_.name()));
   log_observation_bytes();
   env_.reset();
-  std::vector<float> actions(env_.num_envs() * env_.action_size());
   int64_t vector_steps = 0;
   while (!all_learners_stopped()) {
     drain();
@@ -374,7 +396,7 @@ ActorStats ActorLoop::run() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       continue;
     }
-    step_environments(generator, next_episode_id, actions);
+    step_environments(generator, next_episode_id);
   }
   finish();
   return stats_;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "actor/context_history.h"
@@ -48,6 +49,8 @@ struct ActorStats {
   int64_t contexts_restarted = 0;      // streams restarted inside an episode after new weights (restart)
   int64_t contexts_kept_stale = 0;     // streams that went on with the old weights' cache (keep)
   int64_t graph_steps = 0;             // cached steps replayed from a CUDA graph (model.cuda_graphs)
+  int64_t policy_steps = 0;            // calls of the policy's cached step
+  int64_t partial_policy_steps = 0;    // of them, steps of only some streams (env.stepping: async)
   int64_t policy_version = -1;         // the version acting at the end
   int64_t corrupt_messages_injected = 0;
   int64_t partial_episodes_at_stop = 0;   // episodes still running when the run stopped
@@ -90,11 +93,12 @@ class ActorLoop {
 
  private:
   void handle(const Message& message);
-  // `is_init`: per stream, whether this step started its context.
-  void record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init);
-  // Which streams start a context with this step: new episodes, restarts after new
+  // The step of `streams` (what `step` and `is_init` hold, in that order); `is_init`: per
+  // stream, whether this step started its context.
+  void record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init, std::span<const int64_t> streams);
+  // Which of `streams` start a context with this step: new episodes, restarts after new
   // weights, and segments that reached segment_steps.
-  std::vector<uint8_t> context_starts();
+  std::vector<uint8_t> context_starts(std::span<const int64_t> streams);
   // Rebuilds every stream's cache from its context's observations (reprefill).
   void rebuild_contexts();
   // The fragment that continues `done`'s episode on stream `stream`.
@@ -110,9 +114,13 @@ class ActorLoop {
   bool all_learners_stopped() const;
   void log_observation_bytes() const;
   void forward_stop_request();
-  void step_environments(at::Generator& generator, uint64_t& next_episode_id, std::vector<float>& actions);
-  PolicyStep act(const std::vector<uint8_t>& init, at::Generator& generator);
-  void record_outcomes(uint64_t& next_episode_id);
+  // Steps the policy on the streams whose environment is ready, sends their actions and
+  // waits for the environments that are ready next (all of them, unless env.stepping is async).
+  void step_environments(at::Generator& generator, uint64_t& next_episode_id);
+  PolicyStep act(std::span<const int64_t> streams, const std::vector<uint8_t>& init, at::Generator& generator);
+  // The policy's input rows for `streams`, on the policy's device.
+  at::Tensor observations_of(std::span<const int64_t> streams) const;
+  void record_outcomes(std::span<const int64_t> streams, uint64_t& next_episode_id);
   void finish();
 
   ActorLoopOptions options_;
@@ -130,9 +138,12 @@ class ActorLoop {
   std::vector<ContextHistory> contexts_;  // each stream's current context
   std::vector<Episode> outbox_;           // complete episodes waiting for a credit
   ActorStats stats_;
-  // New weights restarted every stream's context (on_weight_update=restart): the next
-  // step records is_init on every stream.
-  bool contexts_restarted_ = false;
+  // Streams whose environment waits for an action: all of them, unless env.stepping is
+  // async, when only those whose last step finished.
+  std::vector<int64_t> ready_;
+  // Per stream: new weights restarted its context (on_weight_update=restart), so its next
+  // step records is_init.
+  std::vector<uint8_t> restart_pending_;
 };
 
 }  // namespace kvrl

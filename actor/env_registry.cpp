@@ -195,11 +195,16 @@ std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, in
                                            uint64_t seed) {
   if (request.plugin.empty() && is_gym_environment(request.name)) {
     check_gym_request(request);
+    if (request.stepping.asynchronous || request.stepping.threads > 0 || !request.stepping.step_delays_s.empty()) {
+      throw InvalidArgumentError(request.name +
+                                 " steps through Gymnasium's vector API, all environments together in its own "
+                                 "loop: asynchronous stepping, step threads and step delays need a native environment");
+    }
     return make_gym_vector_env(request.name, request.gym, num_envs, seed);
   }
   std::vector<std::unique_ptr<Environment>> envs;
   for (int64_t i = 0; i < num_envs; ++i) envs.push_back(make_environment(request));
-  return std::make_unique<NativeVectorEnv>(std::move(envs), seed);
+  return std::make_unique<NativeVectorEnv>(std::move(envs), seed, request.stepping);
 }
 
 std::unique_ptr<Environment> make_plugin_environment(const std::string& path, const EnvOptions& given) {

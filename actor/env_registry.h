@@ -21,6 +21,7 @@ struct EnvironmentRequest {
   EnvOptions options;             // the environment's own options, and max_episode_steps
   LocomotionSettings locomotion;  // MuJoCo environments: the observed part, the model folder
   GymRequest gym;                 // gym:<id>: gymnasium.make's keyword arguments, setup and wrappers
+  NativeStepping stepping;        // how a native vector env steps (gym:<id> refuses all but the default)
 };
 
 // Makes the environment a request names. Throws InvalidArgumentError as the functions

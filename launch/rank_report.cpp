@@ -93,6 +93,8 @@ std::string actor_report_json(int rank, const RankPlacement& placement, const Ac
       {"fragments_continuing", stats.fragments_continuing},
       {"context_prefix_steps", stats.context_prefix_steps},
       {"graph_steps", stats.graph_steps},
+      {"policy_steps", stats.policy_steps},
+      {"partial_policy_steps", stats.partial_policy_steps},
       {"policy_version", stats.policy_version},
       {"weights_applied", weight_checksums(stats.applied_weights)},
       {"partial_episodes_at_stop", stats.partial_episodes_at_stop},

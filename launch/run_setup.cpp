@@ -39,9 +39,32 @@ std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
   return make_environment(environment_request(config));
 }
 
+namespace {
+
+// env.stepping and the rest for `num_envs` environments: delays spread evenly from
+// env.step_delay_ms to env.step_delay_spread times as long.
+NativeStepping native_stepping(const TrainConfig& config, int64_t num_envs) {
+  NativeStepping stepping;
+  stepping.asynchronous = config.env_stepping == "async";
+  stepping.threads = config.env_step_threads > 0 ? config.env_step_threads : stepping.asynchronous ? num_envs : 0;
+  stepping.min_ready = std::min(config.env_min_ready, num_envs);
+  if (config.env_step_delay_ms > 0) {
+    const double first = config.env_step_delay_ms / 1000;
+    const double last = first * config.env_step_delay_spread;
+    for (int64_t i = 0; i < num_envs; ++i) {
+      stepping.step_delays_s.push_back(num_envs == 1 ? first : first + (last - first) * i / (num_envs - 1));
+    }
+  }
+  return stepping;
+}
+
+}  // namespace
+
 std::unique_ptr<VectorEnv> make_configured_vector_env(const TrainConfig& config, int64_t num_envs,
                                                       uint64_t seed) {
-  return make_vector_env(environment_request(config), num_envs, seed);
+  EnvironmentRequest request = environment_request(config);
+  request.stepping = native_stepping(config, num_envs);
+  return make_vector_env(request, num_envs, seed);
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "actor/gym_bridge.h"
 #include "common/comm/device_placement.h"
 #include "common/model/conv_layers.h"
 #include "common/support/errors.h"
@@ -189,6 +190,27 @@ std::vector<Field> env_fields() {
           "env.gym_wrappers", [](auto& c) -> auto& { return c.env_gym_wrappers; }, {},
           "gym:<id>: Gymnasium wrappers as module:attribute, comma-separated, applied to each environment "
           "in order (e.g. minigrid.wrappers:ImgObsWrapper)"),
+      string_field(
+          "env.stepping", [](auto& c) -> auto& { return c.env_stepping; }, {"lockstep", "async"},
+          "lockstep: the policy steps once every environment has stepped; async: it steps whichever "
+          "environments are ready (at least env.min_ready), so a slow one holds up only itself (native "
+          "environments)"),
+      int_field(
+          "env.step_threads", [](auto& c) -> auto& { return c.env_step_threads; }, 0, 4096,
+          "threads stepping each actor's environments; 0 = the actor's own thread (lockstep) or one per "
+          "environment (async)"),
+      int_field(
+          "env.min_ready", [](auto& c) -> auto& { return c.env_min_ready; }, 1, 65536,
+          "env.stepping = async: the policy steps once at least this many environments are ready (at most "
+          "env.num_envs), taking every one ready by then"),
+      float_field(
+          "env.step_delay_ms", [](auto& c) -> auto& { return c.env_step_delay_ms; }, 0, 60000,
+          "a slow environment for benchmarks and tests: each step of environment 0 sleeps this long (native "
+          "environments); 0 = none"),
+      float_field(
+          "env.step_delay_spread", [](auto& c) -> auto& { return c.env_step_delay_spread; }, 1, 1000,
+          "with env.step_delay_ms: the last environment sleeps this many times as long, the others evenly in "
+          "between"),
       string_field(
           "env.mujoco_model_dir", [](auto& c) -> auto& { return c.mujoco_model_dir; }, {},
           "folder of Gymnasium's MuJoCo model XML files (gymnasium/envs/mujoco/assets); empty = the one "
@@ -594,6 +616,24 @@ void check_python_callables(const TrainConfig& config) {
   }
 }
 
+// Gymnasium's vector API steps every environment together, in its own loop.
+void check_stepping_keys(const TrainConfig& config) {
+  if (!config.env_plugin.empty() || !is_gym_environment(config.env_name)) return;
+  if (config.env_stepping != "lockstep") {
+    fail("env.stepping", config.env_stepping,
+         "gym:<id> environments step together through Gymnasium's vector API: use lockstep, or a native "
+         "environment");
+  }
+  if (config.env_step_threads != 0) {
+    fail("env.step_threads", std::to_string(config.env_step_threads),
+         "gym:<id> environments step in Gymnasium's own vector loop: use 0");
+  }
+  if (config.env_step_delay_ms != 0) {
+    fail("env.step_delay_ms", number_text(config.env_step_delay_ms),
+         "the step delay applies to native environments only: use 0 with gym:<id>");
+  }
+}
+
 void check_encoder_keys(const TrainConfig& config) {
   try {
     parse_conv_layers(config.cnn_layers);
@@ -636,6 +676,7 @@ void check_consistency(const TrainConfig& config) {
   check_context_keys(config);
   check_encoder_keys(config);
   check_python_callables(config);
+  check_stepping_keys(config);
 }
 
 }  // namespace

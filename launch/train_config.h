@@ -36,6 +36,11 @@ struct TrainConfig {
   std::string mujoco_model_dir;                   // Gymnasium's model XML folder; empty: found at set-up
   std::string env_gym_setup;                      // gym:<id>: module:function list, called before make
   std::string env_gym_wrappers;                   // gym:<id>: module:Wrapper list, around each env
+  std::string env_stepping = "lockstep";          // lockstep, or async: the policy steps the ready envs
+  int64_t env_step_threads = 0;                   // 0: the actor's thread (lockstep), one per env (async)
+  int64_t env_min_ready = 1;                      // async: ready envs the policy waits for
+  double env_step_delay_ms = 0;                   // the first env's sleep after each step
+  double env_step_delay_spread = 1;               // the last env's sleep / the first's
   // model
   int64_t hidden_size = 64;
   int64_t num_layers = 2;

@@ -108,10 +108,13 @@ at::Tensor ActorCritic::context_flags(const at::Tensor& is_init) const {
 }
 
 PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is_init,
-                            at::Generator generator, bool greedy) {
+                            at::Generator generator, bool greedy, const at::Tensor& stream_ids) {
   torch::NoGradGuard no_grad;
   const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
-  const at::Tensor features = trunk_->step(trunk_input(observations), context_flags(is_init));
+  const at::Tensor input = trunk_input(observations);
+  const at::Tensor features = stream_ids.defined()
+                                  ? trunk_->step_streams(input, context_flags(is_init), stream_ids)
+                                  : trunk_->step(input, context_flags(is_init));
   const at::Tensor policy = policy_head_->forward(features).to(at::kFloat);
   PolicyStep step;
   step.values = value_head_->forward(features).squeeze(-1).to(at::kFloat);

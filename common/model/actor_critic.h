@@ -57,8 +57,9 @@ class ActorCritic : public torch::nn::Module {
 
   // One step for every stream, without gradients: samples from the policy with
   // `generator` (or takes its mode when greedy). observations [B, O], is_init [B] bool.
+  // With stream_ids [B] (kLong), only those streams step (TransformerModule::step_streams).
   PolicyStep act(const at::Tensor& observations, const at::Tensor& is_init, at::Generator generator,
-                 bool greedy = false);
+                 bool greedy = false, const at::Tensor& stream_ids = {});
   // Window path, with gradients. observations [B, T, O], is_init [B, T].
   PolicyWindow evaluate(const at::Tensor& observations, const at::Tensor& is_init);
 

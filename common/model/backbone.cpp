@@ -25,4 +25,12 @@ at::Tensor Backbone::static_step(const at::Tensor&, const at::Tensor&, KvCache&)
   throw InvalidArgumentError("this backbone has no static-shape cached step (has_static_step() is false)");
 }
 
+at::Tensor Backbone::stream_step(const at::Tensor&, const at::Tensor&, const at::Tensor&, KvCache&) {
+  throw InvalidArgumentError("this backbone cannot step a subset of its streams (has_stream_steps() is false)");
+}
+
+std::shared_ptr<KvCache> Backbone::resize_kv_cache(const KvCache&, int64_t) {
+  throw InvalidArgumentError("this backbone cannot resize its cache (has_stream_steps() is false)");
+}
+
 }  // namespace kvrl

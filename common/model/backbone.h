@@ -67,6 +67,17 @@ class Backbone : public torch::nn::Module {
   virtual bool has_static_step() const { return false; }
   virtual at::Tensor static_step(const at::Tensor& features, const at::Tensor& positions, KvCache& kv_cache);
 
+  // Partial-batch stepping (TransformerModule::step_streams), where has_stream_steps():
+  // the cached step of S of the cache's streams, chosen by rows [S] (kLong, distinct, each
+  // below the cache's stream count), at positions [S] (kLong); features [S, 1, input_size].
+  // The other streams' cache rows are left as they are. Returns [S, 1, hidden_size].
+  virtual bool has_stream_steps() const { return false; }
+  virtual at::Tensor stream_step(const at::Tensor& features, const at::Tensor& positions,
+                                 const at::Tensor& rows, KvCache& kv_cache);
+  // A cache for batch_size streams whose first rows hold `kv_cache`'s streams, so that a
+  // stream-keyed cache can grow when a new stream appears. Where has_stream_steps().
+  virtual std::shared_ptr<KvCache> resize_kv_cache(const KvCache& kv_cache, int64_t batch_size);
+
   virtual int64_t num_layers() const = 0;
   virtual int64_t num_heads() const = 0;
   virtual int64_t head_dim() const = 0;

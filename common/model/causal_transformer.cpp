@@ -238,8 +238,42 @@ at::Tensor CausalTransformer::static_step(const at::Tensor& features, const at::
   return forward_cached_step(std::move(h), positions, options_.cache_slots() - 1, cache).out;
 }
 
+at::Tensor CausalTransformer::stream_step(const at::Tensor& features, const at::Tensor& positions,
+                                          const at::Tensor& rows, KvCache& kv_cache) {
+  auto* cache = dynamic_cast<CausalTransformerKvCache*>(&kv_cache);
+  if (cache == nullptr) {
+    throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
+  }
+  if (features.dim() != 3 || features.size(1) != 1 || features.size(-1) != options_.input_size ||
+      positions.sizes() != features.sizes().slice(0, 1) || rows.sizes() != positions.sizes()) {
+    throw InvalidArgumentError("stream_step expects features [S, 1, input_size=" +
+                               std::to_string(options_.input_size) + "], positions [S] and rows [S], got " +
+                               c10::str(features.sizes()) + ", " + c10::str(positions.sizes()) + " and " +
+                               c10::str(rows.sizes()) + ".");
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t max_position = check_positions(positions);
+  at::Tensor h = embed(features, positions.unsqueeze(-1));
+  return forward_cached_step(std::move(h), positions, max_position, *cache, rows).out;
+}
+
+std::shared_ptr<KvCache> CausalTransformer::resize_kv_cache(const KvCache& kv_cache, int64_t batch_size) {
+  const auto* old = dynamic_cast<const CausalTransformerKvCache*>(&kv_cache);
+  if (old == nullptr) {
+    throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
+  }
+  auto grown =
+      std::static_pointer_cast<CausalTransformerKvCache>(new_kv_cache(batch_size, old->keys.device(), old->keys.scalar_type()));
+  const int64_t kept = std::min(batch_size, old->keys.size(0));
+  grown->keys.narrow(0, 0, kept).copy_(old->keys.narrow(0, 0, kept));
+  grown->values.narrow(0, 0, kept).copy_(old->values.narrow(0, 0, kept));
+  grown->high_water = old->high_water;
+  return grown;
+}
+
 BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Tensor& positions,
-                                                      int64_t max_position, CausalTransformerKvCache& cache) {
+                                                      int64_t max_position, CausalTransformerKvCache& cache,
+                                                      const at::Tensor& rows) {
   const int64_t slots = options_.cache_slots();
   const int64_t context = std::min(max_position + 1, slots);
   cache.high_water = std::max(cache.high_water, context);
@@ -247,14 +281,15 @@ BackboneOutput CausalTransformer::forward_cached_step(at::Tensor h, const at::Te
   // (position >= W - 1) holds the last W steps, each in slot position mod W.
   const at::Tensor valid = at::arange(context, positions.options()) <= positions.view({-1, 1});
   const at::Tensor attn_mask = valid.view({-1, 1, 1, context});
-  const at::Tensor batch_index = at::arange(h.size(0), positions.options());
+  const bool rows_are_all = !rows.defined();
+  const at::Tensor batch_index = rows_are_all ? at::arange(h.size(0), positions.options()) : rows;
   const at::Tensor write_slots = options_.attention_window > 0 ? positions.remainder(slots) : positions;
   const std::optional<RotaryAngles> rotary = rotary_angles_of(positions.view({-1, 1}), h.scalar_type());
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     at::Tensor layer_keys = cache.keys.select(1, layer);
     at::Tensor layer_values = cache.values.select(1, layer);
-    h = block_list_[layer]->forward_cached(h, attn_mask, layer_keys, layer_values, batch_index, write_slots,
-                                           context, rotary ? &*rotary : nullptr);
+    h = block_list_[layer]->forward_cached(h, attn_mask, layer_keys, layer_values, batch_index, rows_are_all,
+                                           write_slots, context, rotary ? &*rotary : nullptr);
   }
   return {norm_->forward(h), nullptr};
 }

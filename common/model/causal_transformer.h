@@ -69,6 +69,10 @@ class CausalTransformer : public Backbone {
   void prefill_kv_cache(const at::Tensor& features, const at::Tensor& lengths, KvCache& kv_cache) override;
   bool has_static_step() const override { return true; }
   at::Tensor static_step(const at::Tensor& features, const at::Tensor& positions, KvCache& kv_cache) override;
+  bool has_stream_steps() const override { return true; }
+  at::Tensor stream_step(const at::Tensor& features, const at::Tensor& positions, const at::Tensor& rows,
+                         KvCache& kv_cache) override;
+  std::shared_ptr<KvCache> resize_kv_cache(const KvCache& kv_cache, int64_t batch_size) override;
 
   int64_t num_layers() const override { return options_.num_layers; }
   int64_t num_heads() const override { return options_.num_heads; }
@@ -94,8 +98,9 @@ class CausalTransformer : public Backbone {
   void store_prefill(const WindowKeysValues& window, const at::Tensor& lengths, at::Tensor& layer_keys,
                      at::Tensor& layer_values) const;
   CausalTransformerKvCache& cache_of(KvCache* kv_cache, int64_t batch_size) const;
+  // The cached step of the streams in `rows` (undefined: every stream, in order).
   BackboneOutput forward_cached_step(at::Tensor h, const at::Tensor& positions, int64_t max_position,
-                                     CausalTransformerKvCache& cache);
+                                     CausalTransformerKvCache& cache, const at::Tensor& rows = {});
 
   CausalTransformerOptions options_;
   torch::nn::Linear in_proj_{nullptr};

@@ -95,8 +95,9 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
 
 at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,
                                                 at::Tensor& layer_keys, at::Tensor& layer_values,
-                                                const at::Tensor& batch_index, const at::Tensor& slots,
-                                                int64_t context, const RotaryAngles* rotary) {
+                                                const at::Tensor& rows, bool rows_are_all,
+                                                const at::Tensor& slots, int64_t context,
+                                                const RotaryAngles* rotary) {
   const int64_t batch = h.size(0);
   auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
   // One step per stream: [B, 1, hidden] -> [B, heads, head_dim] for the cache write.
@@ -105,13 +106,16 @@ at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::T
   const at::Tensor q = rotary ? apply_rotary(heads(qkv[0]), *rotary) : heads(qkv[0]);
   const at::Tensor k = rotary ? apply_rotary(heads(qkv[1]), *rotary) : heads(qkv[1]);
   using at::indexing::Slice;
-  layer_keys.index_put_({batch_index, Slice(), slots}, step_heads(k).detach().to(layer_keys.scalar_type()));
-  layer_values.index_put_({batch_index, Slice(), slots},
-                          step_heads(qkv[2]).detach().to(layer_values.scalar_type()));
+  layer_keys.index_put_({rows, Slice(), slots}, step_heads(k).detach().to(layer_keys.scalar_type()));
+  layer_values.index_put_({rows, Slice(), slots}, step_heads(qkv[2]).detach().to(layer_values.scalar_type()));
   // Slots past `context` are masked out for every stream, so leaving them out of the
   // attention changes no output and makes the step cost follow the context in use.
-  const at::Tensor keys = layer_keys.narrow(/*dim=*/2, 0, context).to(q.scalar_type());
-  const at::Tensor values = layer_values.narrow(/*dim=*/2, 0, context).to(q.scalar_type());
+  auto context_of = [&](const at::Tensor& layer) {
+    const at::Tensor used = layer.narrow(/*dim=*/2, 0, context);
+    return (rows_are_all ? used : used.index_select(0, rows)).to(q.scalar_type());
+  };
+  const at::Tensor keys = context_of(layer_keys);
+  const at::Tensor values = context_of(layer_values);
   return attend(h, at::scaled_dot_product_attention(q, keys, values, attn_mask));
 }
 

@@ -52,12 +52,14 @@ class TransformerBlockImpl : public torch::nn::Module {
                      const std::vector<AttentionChunk>& chunks = {}, const RotaryAngles* rotary = nullptr,
                      WindowKeysValues* captured = nullptr);
 
-  // Cached-step path: writes this step's keys and values into layer_keys/layer_values
-  // ([B, heads, cache slots, head_dim]) at (batch_index, slots), then attends over the
-  // first `context` slots under attn_mask [B, 1, 1, context]. `rotary`: this step's angles.
+  // Cached-step path for S streams: writes this step's keys and values into
+  // layer_keys/layer_values ([cache streams, heads, cache slots, head_dim]) at (rows, slots),
+  // then attends over the first `context` slots of those rows under attn_mask
+  // [S, 1, 1, context]. `rows_are_all`: rows is every cache row in order (no gather needed).
+  // `rotary`: this step's angles.
   at::Tensor forward_cached(const at::Tensor& h, const at::Tensor& attn_mask, at::Tensor& layer_keys,
-                            at::Tensor& layer_values, const at::Tensor& batch_index, const at::Tensor& slots,
-                            int64_t context, const RotaryAngles* rotary);
+                            at::Tensor& layer_values, const at::Tensor& rows, bool rows_are_all,
+                            const at::Tensor& slots, int64_t context, const RotaryAngles* rotary);
 
  private:
   at::Tensor attend(const at::Tensor& h, const at::Tensor& attention);

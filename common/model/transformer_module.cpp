@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/model/causal_transformer.h"
@@ -144,21 +145,92 @@ TransformerModule::WeightsVersion TransformerModule::current_weights_version() c
   return version;
 }
 
-bool TransformerModule::ensure_fresh_state(const at::Tensor& value) {
-  const int64_t batch_size = value.size(0);
-  const std::optional<c10::ScalarType> cache_dtype = autocast_dtype(value.device());
-  bool stale = !positions_.defined() || positions_.size(0) != batch_size ||
-               positions_.device() != value.device() || cache_dtype != cache_dtype_;
-  if (!stale) stale = current_weights_version() != weights_version_;
-  if (!stale) return false;
+bool TransformerModule::cache_is_stale(const c10::Device& device) const {
+  return !positions_.defined() || positions_.device() != device || autocast_dtype(device) != cache_dtype_ ||
+         current_weights_version() != weights_version_;
+}
+
+void TransformerModule::allocate_state(const c10::Device& device, int64_t streams) {
   // Allocate outside inference mode so the state stays writable after the caller's guard.
   c10::InferenceMode not_inference(/*enabled=*/false);
-  kv_cache_ = backbone_->new_kv_cache(batch_size, value.device(), cache_dtype);
-  positions_ = at::zeros({batch_size}, value.options().dtype(at::kLong));
-  cache_dtype_ = cache_dtype;
+  cache_dtype_ = autocast_dtype(device);
+  kv_cache_ = backbone_->new_kv_cache(streams, device, cache_dtype_);
+  positions_ = at::zeros({streams}, at::TensorOptions().dtype(at::kLong).device(device));
   weights_version_ = current_weights_version();
   step_graph_.reset();  // it reads the old cache and positions
+}
+
+bool TransformerModule::ensure_fresh_state(const at::Tensor& value) {
+  const int64_t batch_size = value.size(0);
+  if (!cache_is_stale(value.device()) && positions_.size(0) == batch_size) return false;
+  allocate_state(value.device(), batch_size);
   return true;
+}
+
+void TransformerModule::ensure_stream_rows(const c10::Device& device, int64_t streams) {
+  if (cache_is_stale(device)) {
+    allocate_state(device, std::max(streams, positions_.defined() ? positions_.size(0) : 0));
+    next_position_bound_ = 0;
+    return;
+  }
+  if (positions_.size(0) >= streams) return;
+  c10::InferenceMode not_inference(/*enabled=*/false);
+  kv_cache_ = backbone_->resize_kv_cache(*kv_cache_, streams);
+  at::Tensor positions = at::zeros({streams}, positions_.options());
+  positions.narrow(0, 0, positions_.size(0)).copy_(positions_);
+  positions_ = positions;
+  step_graph_.reset();
+}
+
+int64_t TransformerModule::check_stream_ids(const at::Tensor& value, const at::Tensor& stream_ids) const {
+  if (value.dim() != 2) {
+    throw InvalidArgumentError("TransformerModule.step_streams: value must be [streams, features], got shape " +
+                               c10::str(value.sizes()) + ".");
+  }
+  if (stream_ids.scalar_type() != at::kLong || stream_ids.dim() != 1 || stream_ids.size(0) != value.size(0)) {
+    throw InvalidArgumentError("TransformerModule.step_streams: stream_ids must be a long tensor of shape [" +
+                               std::to_string(value.size(0)) + "], got " +
+                               c10::str(stream_ids.scalar_type(), stream_ids.sizes()) + ".");
+  }
+  if (!backbone_->has_stream_steps()) {
+    throw InvalidArgumentError(
+        "TransformerModule.step_streams: this backbone cannot step a subset of its streams; step the whole "
+        "batch with step().");
+  }
+  const at::Tensor host_ids = stream_ids.to(at::kCPU);
+  const auto ids = host_ids.accessor<int64_t, 1>();
+  if (ids.size(0) == 0) throw InvalidArgumentError("TransformerModule.step_streams: no stream to step.");
+  std::vector<int64_t> sorted(ids.size(0));
+  for (int64_t i = 0; i < ids.size(0); ++i) sorted[i] = ids[i];
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() < 0) {
+    throw InvalidArgumentError("TransformerModule.step_streams: stream ids must be non-negative, got " +
+                               std::to_string(sorted.front()) + ".");
+  }
+  if (const auto twin = std::adjacent_find(sorted.begin(), sorted.end()); twin != sorted.end()) {
+    throw InvalidArgumentError("TransformerModule.step_streams: stream id " + std::to_string(*twin) +
+                               " appears twice; each stream steps at most once per call.");
+  }
+  return sorted.back();
+}
+
+at::Tensor TransformerModule::step_streams(const at::Tensor& value, const at::Tensor& is_init,
+                                           const at::Tensor& stream_ids) {
+  const int64_t largest_id = check_stream_ids(value, stream_ids);
+  const at::Tensor init = is_init_like(is_init, value.sizes().slice(0, 1), "step_streams").to(value.device());
+  torch::NoGradGuard no_grad;
+  ensure_stream_rows(value.device(), largest_id + 1);
+  stepped_from_graph_ = false;
+  const at::Tensor rows = stream_ids.to(value.device());
+  const at::Tensor restart = at::zeros({positions_.size(0)}, init.options()).index_put_({rows}, init);
+  kv_cache_ = backbone_->reset_kv_cache(kv_cache_, restart);
+  const at::Tensor positions = positions_.index_select(0, rows).masked_fill(init, 0);
+  const at::Tensor out = backbone_->stream_step(value.unsqueeze(1), positions, rows, *kv_cache_);
+  // In place: a captured full-batch step graph keeps reading these positions, and its
+  // bound stays above them (a stream moves at most one position per call).
+  positions_.index_copy_(0, rows, positions + 1);
+  ++next_position_bound_;
+  return out.squeeze(1);
 }
 
 at::Tensor TransformerModule::step(const at::Tensor& value, const at::Tensor& is_init) {

@@ -85,6 +85,16 @@ class TransformerModule : public torch::nn::Module {
   // Throws InvalidArgumentError on bad shapes, SequenceTooLongError past max_seq_len.
   at::Tensor step(const at::Tensor& value, const at::Tensor& is_init);
 
+  // Partial-batch stepping: the cached step of only the streams named by stream_ids [S]
+  // (kLong, distinct, non-negative), with value [S, F] and is_init [S] or [S, 1]. A stream
+  // id is a cache row, so ids should be dense (0..N-1): the cache grows to the largest id
+  // seen, keeping the other streams' context. Each stream keeps its own position and cache
+  // row, so stepping streams in any grouping equals stepping the whole batch, and step()
+  // on N streams continues streams 0..N-1. Runs eagerly (no CUDA graph: S varies).
+  // Returns [S, hidden]. Throws InvalidArgumentError on bad shapes or ids, or when the
+  // backbone has no stream steps; SequenceTooLongError past max_seq_len.
+  at::Tensor step_streams(const at::Tensor& value, const at::Tensor& is_init, const at::Tensor& stream_ids);
+
   // Window path, with gradients. value [*batch, T, F] with at least the T dim,
   // is_init [*batch, T] or [*batch, T, 1]. Returns [*batch, T, hidden]. Throws
   // InvalidArgumentError when validate_windows is set and a row does not start an episode.
@@ -126,8 +136,17 @@ class TransformerModule : public torch::nn::Module {
  private:
   using WeightsVersion = std::vector<std::pair<const void*, int64_t>>;
   WeightsVersion current_weights_version() const;
+  // Whether the cache must start afresh on `device`: none yet, or another device, autocast
+  // dtype or parameters.
+  bool cache_is_stale(const c10::Device& device) const;
+  void allocate_state(const c10::Device& device, int64_t streams);
   // Allocates a fresh cache when none fits this batch; returns whether it did.
   bool ensure_fresh_state(const at::Tensor& value);
+  // The stream-keyed version: a fresh cache of at least `streams` rows when the device,
+  // dtype or weights changed, else the cache grown to `streams` rows keeping its streams.
+  void ensure_stream_rows(const c10::Device& device, int64_t streams);
+  // Host-side checks of step_streams' arguments; returns the largest stream id.
+  int64_t check_stream_ids(const at::Tensor& value, const at::Tensor& stream_ids) const;
   bool uses_static_step(const c10::Device& device) const;
   at::Tensor eager_step(const at::Tensor& features, const at::Tensor& init);
   // The static-shape step, from a CUDA graph where one applies.

@@ -75,6 +75,29 @@ def test_restarting_contexts_instead_is_a_config_choice(tmp_path):
     assert learner["episodes_used"] > 0, learner
 
 
+def test_asynchronous_stepping_steps_the_ready_streams_and_accounts_for_every_episode(tmp_path):
+    """env.stepping=async with step times varying 4x between environments: the policy steps
+    whichever streams are ready, episodes still reach the learner whole and decodable."""
+    result = mpirun(2, f"run.dir={tmp_path}", "run.max_updates=3", "learner.steps_per_update=512",
+                    "actor.credit_steps=512", "run.total_env_steps=1000000", "env.num_envs=4",
+                    "env.stepping=async", "env.step_delay_ms=0.2", "env.step_delay_spread=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    learner, actor = stats(tmp_path, 2)
+    assert actor["partial_policy_steps"] > actor["policy_steps"] / 2, actor
+    assert actor["env_steps"] < 4 * actor["policy_steps"], actor
+    assert actor["weight_updates_applied"] >= 1, actor
+    assert actor["episodes_sent"] == learner["episodes_received"], (actor, learner)
+    assert learner["dropped"] == {} or all(not r.startswith("malformed") for r in learner["dropped"]), learner
+    assert learner["episodes_used"] > 0, learner
+
+
+def test_asynchronous_stepping_is_refused_for_gymnasium_environments(tmp_path):
+    result = mpirun(2, f"run.dir={tmp_path}", "env.name=gym:CartPole-v1", "env.stepping=async")
+    assert result.returncode != 0
+    assert ("config key 'env.stepping' = 'async': gym:<id> environments step together through Gymnasium's vector API"
+            in result.stderr + result.stdout), result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("overlap", ["true", "false"])
 def test_two_learners_stay_bit_identical(tmp_path, overlap):
     # Buckets of 20 KiB: the model's ~400 KB of gradients go out in many of them.

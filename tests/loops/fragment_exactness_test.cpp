@@ -9,7 +9,9 @@
 //
 // A real ActorLoop steps RepeatPrevious (four decks, about 207 steps an episode, far past
 // max_seq_len = 16) against a scripted learner over InProcessTransport that sends a new
-// weight version every few fragments and keeps every version to evaluate with.
+// weight version every few fragments and keeps every version to evaluate with. The *_async
+// cases step three environments of unequal speed asynchronously, so the policy steps
+// whichever streams are ready (partial-batch stepping) through the same restarts and updates.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -49,6 +51,9 @@ struct ContextSetup {
   PositionEncoding positions;
   int64_t window;  // 0: segment policy
   WeightUpdatePolicy on_update;
+  // env.stepping = async: environments of unequal speed on threads, the policy stepping
+  // whichever are ready (partial-batch steps, TransformerModule::step_streams).
+  bool asynchronous = false;
 
   int64_t segment_steps() const { return window == 0 ? kMaxSeqLen - 1 : 0; }
   int64_t reach() const { return window == 0 ? kMaxSeqLen - 2 : kLayers * (window - 1); }
@@ -105,7 +110,9 @@ Collected collect_fragments(const ContextSetup& setup) {
     InProcessTransport transport(network, 1);
     std::vector<std::unique_ptr<Environment>> envs;
     for (int64_t i = 0; i < kEnvs; ++i) envs.push_back(make_environment("RepeatPrevious", kEnvOptions));
-    NativeVectorEnv env(std::move(envs), 11);
+    NativeStepping stepping;
+    if (setup.asynchronous) stepping = {.asynchronous = true, .threads = kEnvs, .step_delays_s = {0, 2e-4, 8e-4}};
+    NativeVectorEnv env(std::move(envs), 11, stepping);
     ActorLoopOptions options;
     options.learner_ranks = {0};
     options.credit_steps = 4 * kFragmentSteps;
@@ -252,6 +259,7 @@ TEST_P(FragmentExactness, TheLearnerRecomputesWhatTheActorComputedForEveryTraine
     EXPECT_GT(collected.actor.segment_restarts, 0);
   }
   EXPECT_GT(collected.actor.context_prefix_steps, 0);
+  if (setup.asynchronous) EXPECT_GT(collected.actor.partial_policy_steps, collected.actor.policy_steps / 2);
   EXPECT_EQ(result.pure_differing, 0) << "worst error " << result.worst_pure_error;
   EXPECT_LE(result.worst_pure_error, kTolerance);
   if (setup.on_update == WeightUpdatePolicy::kKeep) {
@@ -283,7 +291,15 @@ INSTANTIATE_TEST_SUITE_P(
                      WeightUpdatePolicy::kRestart},
         ContextSetup{"sliding_rotary_reprefill", PositionEncoding::kRotary, kWindow,
                      WeightUpdatePolicy::kReprefill},
-        ContextSetup{"sliding_rotary_keep", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep}),
+        ContextSetup{"sliding_rotary_keep", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep},
+        ContextSetup{"segment_learned_restart_async", PositionEncoding::kLearned, 0, WeightUpdatePolicy::kRestart,
+                     true},
+        ContextSetup{"segment_learned_reprefill_async", PositionEncoding::kLearned, 0,
+                     WeightUpdatePolicy::kReprefill, true},
+        ContextSetup{"sliding_rotary_reprefill_async", PositionEncoding::kRotary, kWindow,
+                     WeightUpdatePolicy::kReprefill, true},
+        ContextSetup{"sliding_rotary_keep_async", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep,
+                     true}),
     [](const ::testing::TestParamInfo<ContextSetup>& info) { return info.param.name; });
 
 }  // namespace
