@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -166,6 +167,8 @@ struct Case {
   TransformerModuleOptions options;
   Update update;
 };
+
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
 
 class StreamStepsTest : public ::testing::TestWithParam<Case> {
  protected:

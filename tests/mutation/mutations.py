@@ -407,6 +407,24 @@ MUTATIONS = [
         catchers=("common_test",),
     ),
     Mutation(
+        id="stream-step-reads-the-first-rows",
+        file="common/model/transformer_block.cpp",
+        find="return (rows_are_all ? used : used.index_select(0, rows)).to(q.scalar_type());",
+        replace="return used.narrow(0, 0, rows.size(0)).to(q.scalar_type());",
+        bug="a partial-batch step attends to the cache rows of the first S streams instead of its own streams'",
+        catchers=("common_test",),
+    ),
+    Mutation(
+        id="async-restart-forgotten-by-waiting-streams",
+        file="actor/actor_loop.cpp",
+        find="    restart_pending_[i] = 0;\n  }\n  return init;",
+        replace="  }\n  std::fill(restart_pending_.begin(), restart_pending_.end(), 0);\n  return init;",
+        bug="one restart flag for all streams, as in lockstep: with asynchronous stepping the first partial step "
+        "after a restart clears it for the streams still stepping, whose next step is then not recorded as a "
+        "context start",
+        catchers=("loops_test",),
+    ),
+    Mutation(
         id="mujoco-velocities-unclipped",
         file="actor/mujoco_locomotion.cpp",
         find="*out++ = static_cast<float>(std::clamp(data_->qvel[i], -clip, clip));",
