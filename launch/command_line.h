@@ -15,6 +15,15 @@ struct TrainArguments {
   std::optional<std::string> resume_dir;  // absent: a fresh run
 };
 
+// `kvrl actor CONFIG.yaml --connect HOST:PORT --token-file FILE [key=value ...]`
+struct RemoteActorArguments {
+  std::vector<std::string> positional;  // the config file, then overrides
+  std::string connect;                  // learner 0's HOST:PORT (remote.port)
+  std::string token_file;               // the run's remote.token_file
+  std::string log_path;                 // empty: the console only
+  std::string connect_timeout_s = "30";
+};
+
 // `kvrl eval CHECKPOINT [--env NAME] [--episodes N] [--seed S] [--greedy]`
 struct EvalArguments {
   std::string checkpoint;

@@ -13,6 +13,7 @@
 #include "common/support/errors.h"
 #include "launch/command_line.h"
 #include "launch/env_rollout_command.h"
+#include "launch/actor_command.h"
 #include "launch/eval_command.h"
 #include "launch/train_command.h"
 #include "launch/train_config.h"
@@ -40,6 +41,23 @@ void add_train(CLI::App& app, kvrl::TrainArguments& train, Command& command) {
   sub->add_option("args", train.positional, "the config file, then key=value overrides (docs/config.md)")
       ->type_name("[CONFIG.yaml] [key=value ...]");
   sub->callback([&] { command = [&] { return kvrl::run_train(train); }; });
+}
+
+void add_actor(CLI::App& app, kvrl::RemoteActorArguments& actor, Command& command) {
+  CLI::App* sub = app.add_subcommand(
+      "actor", "an actor outside the MPI job that joins a running training over TCP (remote.port)");
+  sub->add_option("--connect", actor.connect, "learner 0's address and remote.port")
+      ->type_name("HOST:PORT")
+      ->required();
+  sub->add_option("--token-file", actor.token_file, "the file holding the run's shared token (remote.token_file)")
+      ->type_name("FILE")
+      ->required();
+  sub->add_option("--log", actor.log_path, "also log to this file")->type_name("FILE");
+  sub->add_option("--connect-timeout", actor.connect_timeout_s, "seconds to keep trying to connect (default 30)")
+      ->type_name("S");
+  sub->add_option("args", actor.positional, "the training's config file, then key=value overrides")
+      ->type_name("CONFIG.yaml [key=value ...]");
+  sub->callback([&] { command = [&] { return kvrl::run_remote_actor(actor); }; });
 }
 
 void add_eval(CLI::App& app, kvrl::EvalArguments& eval, Command& command) {
@@ -158,7 +176,9 @@ int parse_and_run(int argc, char** argv) {
   kvrl::EvalArguments eval;
   kvrl::DemoArguments demo;
   std::vector<std::string> export_paths, rollout_paths, transformer_paths;
+  kvrl::RemoteActorArguments actor;
   add_train(app, train, command);
+  add_actor(app, actor, command);
   add_eval(app, eval, command);
   add_in_out(app, "export", "the policy as a state dict with the reference's names (torch.load)",
              "CHECKPOINT", export_paths, kvrl::run_export, command);

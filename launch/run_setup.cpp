@@ -1,10 +1,14 @@
 #include "launch/run_setup.h"
 
 #include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
 
 #include "actor/env_registry.h"
 #include "actor/policy_fit.h"
 #include "common/support/errors.h"
+#include "common/support/logger.h"
 
 namespace kvrl {
 
@@ -32,7 +36,8 @@ EnvironmentRequest environment_request(const TrainConfig& config) {
                             .locomotion = {.observe = observe, .model_dir = config.mujoco_model_dir},
                             .gym = {.kwargs = config.env_kwargs,
                                     .setup = TrainConfig::comma_separated(config.env_gym_setup),
-                                    .wrappers = TrainConfig::comma_separated(config.env_gym_wrappers)}};
+                                    .wrappers = TrainConfig::comma_separated(config.env_gym_wrappers)},
+                            .stepping = {}};  // set per vector env: it depends on how many
 }
 
 std::unique_ptr<Environment> make_configured_env(const TrainConfig& config) {
@@ -120,6 +125,64 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   check_policy_fits({env.observation_space().flat_size(), options.discrete, options.num_outputs},
                     env.observation_space(), env.action_space());
   return options;
+}
+
+TrainingSetup prepare_training(const std::string& config_path, const std::vector<std::string>& overrides) {
+  TrainingSetup setup;
+  setup.config = TrainConfig::load(config_path, overrides);
+  setup.prototype = make_configured_env(setup.config);
+  const int64_t time_limit = setup.prototype->episode_step_limit();
+  const int64_t fragment_steps = setup.config.fragment_steps;
+  if (time_limit <= 0 && fragment_steps == 0) {
+    throw InvalidArgumentError(setup.prototype->name() +
+                               " has no time limit, so whole episodes could grow without bound: set "
+                               "actor.fragment_steps (e.g. 64) to ship fragments");
+  }
+  setup.model = model_options(setup.config, *setup.prototype);
+  const ContextPlan plan = context_plan(setup.config);
+  setup.spec.observation_size = setup.prototype->observation_space().flat_size();
+  setup.spec.observation_element = setup.prototype->observation_space().element;
+  setup.spec.action_size = setup.prototype->action_space().flat_size();
+  setup.spec.max_length = fragment_steps == 0 ? time_limit
+                          : time_limit > 0    ? std::min(fragment_steps, time_limit)
+                                              : fragment_steps;
+  setup.spec.max_context = plan.reach;
+  setup.spec.streams = setup.config.num_envs;
+  setup.spec.segment_steps = plan.segment_steps;
+  setup.spec.whole_episodes = fragment_steps == 0;
+  return setup;
+}
+
+std::shared_ptr<ActorCritic> make_policy(TrainingSetup& setup, bool learner, c10::Device device,
+                                         const std::shared_ptr<Logger>& logger) {
+  setup.model.transformer.warn = [logger](const std::string& message) { logger->warn(message); };
+  auto model = std::make_shared<ActorCritic>(setup.model);
+  model->to(device);
+  if ((learner ? setup.config.learner_autocast : setup.config.actor_autocast) == "bfloat16") {
+    model->set_autocast(at::kBFloat16);
+    logger->info(cat(learner ? "the window forward runs" : "steps and caches run", " under bfloat16 autocast on ",
+                     device.str()));
+  }
+  return model;
+}
+
+std::string read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgumentError("remote.token_file: cannot read '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token = text.str();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) throw InvalidArgumentError("remote.token_file: '" + path + "' holds no token");
+  return token;
+}
+
+size_t remote_frame_limit(const EpisodeSpec& spec, int64_t parameter_count) {
+  const int64_t step_bytes = spec.observation_size * static_cast<int64_t>(element_bytes(spec.observation_element)) +
+                             4 * spec.action_size + 64;
+  const int64_t episode_bytes = (spec.max_length + spec.max_context + 1) * step_bytes + 4096;
+  const int64_t weight_bytes = 4 * parameter_count + 4096;
+  return static_cast<size_t>(2 * std::max(episode_bytes, weight_bytes));
 }
 
 }  // namespace kvrl

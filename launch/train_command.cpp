@@ -48,13 +48,7 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
   if (!out) throw Error("cannot write '" + path.string() + "'");
 }
 
-// Parses args, reads and validates the config and the environment; the same on every rank.
-struct Setup {
-  TrainConfig config;
-  std::unique_ptr<Environment> prototype;
-  ActorCriticOptions model;
-  EpisodeSpec spec;
-};
+using Setup = TrainingSetup;
 
 // The update of the newest checkpoint file in `dir` (0 when there is none): a resumed
 // run's actors seed their environments and sampling from it, so they do not replay the
@@ -189,29 +183,7 @@ TrainInputs train_inputs(const TrainArguments& arguments) {
 }
 
 Setup prepare(const TrainInputs& arguments) {
-  Setup setup;
-  setup.config = TrainConfig::load(arguments.config_path, arguments.overrides);
-  setup.prototype = make_configured_env(setup.config);
-  const int64_t time_limit = setup.prototype->episode_step_limit();
-  const int64_t fragment_steps = setup.config.fragment_steps;
-  if (time_limit <= 0 && fragment_steps == 0) {
-    throw InvalidArgumentError(setup.prototype->name() +
-                               " has no time limit, so whole episodes could grow without bound: set "
-                               "actor.fragment_steps (e.g. 64) to ship fragments");
-  }
-  setup.model = model_options(setup.config, *setup.prototype);
-  const ContextPlan plan = context_plan(setup.config);
-  setup.spec.observation_size = setup.prototype->observation_space().flat_size();
-  setup.spec.observation_element = setup.prototype->observation_space().element;
-  setup.spec.action_size = setup.prototype->action_space().flat_size();
-  setup.spec.max_length = fragment_steps == 0 ? time_limit
-                          : time_limit > 0    ? std::min(fragment_steps, time_limit)
-                                              : fragment_steps;
-  setup.spec.max_context = plan.reach;
-  setup.spec.streams = setup.config.num_envs;
-  setup.spec.segment_steps = plan.segment_steps;
-  setup.spec.whole_episodes = fragment_steps == 0;
-  return setup;
+  return prepare_training(arguments.config_path, arguments.overrides);
 }
 
 // MPI for the life of `kvrl train`, one calling thread per rank; finalised on the way out
@@ -343,15 +315,7 @@ void set_threads_and_seed(const TrainConfig& config, const RankPlan& plan, Logge
 
 std::shared_ptr<ActorCritic> make_model(Setup& setup, const RankPlan& plan, c10::Device device,
                                         const std::shared_ptr<Logger>& logger) {
-  setup.model.transformer.warn = [logger](const std::string& message) { logger->warn(message); };
-  auto model = std::make_shared<ActorCritic>(setup.model);
-  model->to(device);
-  if ((plan.is_learner ? setup.config.learner_autocast : setup.config.actor_autocast) == "bfloat16") {
-    model->set_autocast(at::kBFloat16);
-    logger->info(cat(plan.is_learner ? "the window forward runs" : "steps and caches run",
-                     " under bfloat16 autocast on ", device.str()));
-  }
-  return model;
+  return make_policy(setup, plan.is_learner, device, logger);
 }
 
 // The rank's role, from its communicators to its report; returns its exit code.

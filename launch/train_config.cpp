@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "actor/gym_bridge.h"
@@ -160,6 +161,19 @@ std::vector<Field> run_fields() {
           string_field(
               "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
               "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
+          int_field(
+              "remote.port", [](auto& c) -> auto& { return c.remote_port; }, 0, 65535,
+              "learner 0 lets actor processes outside the MPI job join and leave on this TCP port (kvrl actor "
+              "--connect HOST:PORT, docs/reliability.md); 0 = off"),
+          string_field(
+              "remote.address", [](auto& c) -> auto& { return c.remote_address; }, {},
+              "the address learner 0 listens on for remote actors (127.0.0.1: this machine only)"),
+          string_field(
+              "remote.token_file", [](auto& c) -> auto& { return c.remote_token_file; }, {},
+              "a file holding the shared secret every remote actor presents; required with remote.port"),
+          int_field(
+              "remote.max_actors", [](auto& c) -> auto& { return c.remote_max_actors; }, 1, 4096,
+              "remote actors connected at once; more are refused, naming the limit"),
           int_field(
               "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
               "learner ranks (the lowest ranks); the other ranks act")};
@@ -656,11 +670,15 @@ void check_consistency(const TrainConfig& config) {
       fail(key, value, "expected auto, cpu, cuda or cuda:N (N a GPU index)");
     }
   }
-  unsigned char address[sizeof(struct in6_addr)];
-  if (inet_pton(AF_INET, config.status_address.c_str(), address) != 1 &&
-      inet_pton(AF_INET6, config.status_address.c_str(), address) != 1) {
-    fail("status.address", config.status_address,
-         "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
+  for (const auto& [key, value] :
+       {std::pair{"status.address", config.status_address}, {"remote.address", config.remote_address}}) {
+    unsigned char address[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, value.c_str(), address) != 1 && inet_pton(AF_INET6, value.c_str(), address) != 1) {
+      fail(key, value, "expected an IPv4 or IPv6 address, e.g. 127.0.0.1 or 0.0.0.0");
+    }
+  }
+  if (config.remote_port > 0 && config.remote_token_file.empty()) {
+    fail("remote.token_file", "", "remote.port is set, so remote actors need a shared token: name a file holding it");
   }
   if (config.peer_timeout_s != 0 && config.peer_timeout_s < 2) {
     fail("run.peer_timeout_s", number_text(config.peer_timeout_s),
@@ -741,6 +759,29 @@ std::string TrainConfig::to_yaml() const {
   std::ostringstream yaml;
   for (const auto& [key, value] : values) yaml << yaml_scalar(key) << ": " << yaml_scalar(value) << "\n";
   return yaml.str();
+}
+
+uint64_t TrainConfig::actor_identity_hash() const {
+  // What each actor may choose for itself: where files are, its device and threads, and how
+  // its environments step.
+  static const std::set<std::string> kLocal = {
+      "env.mujoco_model_dir", "actor.device",    "actor.threads",     "actor.autocast",
+      "actor.credit_steps",   "env.stepping",    "env.step_threads",  "env.min_ready",
+      "env.step_delay_ms",    "env.step_delay_spread"};
+  uint64_t hash = 1469598103934665603ULL;
+  auto mix = [&](const std::string& text) {
+    for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ULL;
+  };
+  std::map<std::string, std::string> values;
+  for (const Field& field : schema()) {
+    const bool shared = field.key.rfind("model.", 0) == 0 || field.key.rfind("env.", 0) == 0 ||
+                        field.key.rfind("actor.", 0) == 0;
+    if (shared && kLocal.count(field.key) == 0) values[field.key] = field.get(*this);
+  }
+  for (const auto& [name, value] : env_options) values["env.options." + name] = number_text(value);
+  for (const auto& [name, value] : env_kwargs) values["env.kwargs." + name] = value;
+  for (const auto& [key, value] : values) mix(key + "=" + value + "\n");
+  return hash;
 }
 
 std::string TrainConfig::model_difference(const TrainConfig& checkpoint) const {

@@ -25,6 +25,10 @@ struct TrainConfig {
   double peer_timeout_s = 30;           // a rank silent this long ends the run; 0 = no heartbeats
   int64_t status_port = 0;              // learner 0 serves /metrics and /status here; 0 = off
   std::string status_address = "127.0.0.1";
+  int64_t remote_port = 0;                // learner 0 lets remote actors join on this TCP port; 0 = off
+  std::string remote_address = "127.0.0.1";  // the interface it listens on
+  std::string remote_token_file;          // the shared secret remote actors must present
+  int64_t remote_max_actors = 64;         // remote actors connected at once
   int64_t learners = 1;  // learner ranks (the lowest ranks); the others act
   // env
   std::string env_name = "CartPole-v1";           // a built-in environment
@@ -99,6 +103,9 @@ struct TrainConfig {
   std::string model_difference(const TrainConfig& checkpoint) const;
   // The effective config as YAML with every key, sorted.
   std::string to_yaml() const;
+  // A hash of what a remote actor must share with the run: the model, environment and
+  // actor keys (not the devices, threads or where the model files are). FNV-1a, 64 bits.
+  uint64_t actor_identity_hash() const;
   // Markdown table of every key: type, default, allowed values, doc.
   static std::string reference_markdown();
 };

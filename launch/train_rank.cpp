@@ -1,9 +1,11 @@
 #include "launch/train_rank.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "actor/actor_loop.h"
 #include "actor/vector_env.h"
+#include "common/comm/remote_actor_server.h"
 #include "common/support/errors.h"
 #include "common/support/logger.h"
 #include "launch/rank_report.h"
@@ -111,23 +113,31 @@ void print_summary(const RankResources& rank, const LearnerStats& stats) {
 }
 
 ActorLoopOptions actor_loop_options(const RankResources& rank, uint64_t seed) {
-  ActorLoopOptions options;
-  options.learner_ranks = rank.plan.learners;
-  options.credit_steps = rank.config.credit_steps;
-  const std::string& policy = rank.config.on_weight_update;
-  options.on_weight_update = policy == "restart" ? WeightUpdatePolicy::kRestart
-                             : policy == "keep"  ? WeightUpdatePolicy::kKeep
-                                                 : WeightUpdatePolicy::kReprefill;
-  const ContextPlan plan = context_plan(rank.config);
-  options.fragment_steps = rank.config.fragment_steps;
-  options.segment_steps = plan.segment_steps;
-  options.context_reach = plan.reach;
-  options.seed = seed;
-  options.device = rank.device;
+  ActorLoopOptions options = actor_loop_options(rank.config, rank.plan.learners, rank.device, seed);
   options.faults = rank.plan.faults;
   options.weight_broadcast = rank.weight_broadcast;
-  options.weight_broadcast_timeout_s = rank.config.nccl_timeout_s;
   return options;
+}
+
+// Learner 0's door for remote actors (remote.port), or null.
+std::unique_ptr<RemoteActorServer> open_remote_door(const RankResources& rank) {
+  const TrainConfig& config = rank.config;
+  if (rank.plan.rank != 0 || config.remote_port == 0) return nullptr;
+  RemoteActorServerOptions options;
+  options.address = config.remote_address;
+  options.port = static_cast<int>(config.remote_port);
+  options.token = read_token_file(config.remote_token_file);
+  options.config_hash = config.actor_identity_hash();
+  options.first_actor_id = rank.plan.size;
+  options.max_connections = static_cast<int>(config.remote_max_actors);
+  int64_t parameters = 0;
+  for (const auto& p : rank.model->parameters()) parameters += p.numel();
+  options.max_frame_bytes = remote_frame_limit(rank.spec, parameters);
+  options.max_queued_bytes = 4 * options.max_frame_bytes;
+  auto server = std::make_unique<RemoteActorServer>(options, rank.logger);
+  rank.logger->info(cat("remote actors may join at ", config.remote_address, ":", server->port(),
+                        " (kvrl actor CONFIG --connect HOST:PORT --token-file FILE)"));
+  return server;
 }
 
 }  // namespace
@@ -138,9 +148,13 @@ RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Co
   Learner learner(rank.model, options, communicator);
   const TrainingProgress resumed =
       rank.plan.resuming ? restore(rank, learner, *communicator) : TrainingProgress{};
-  LearnerLoop loop(learner_loop_options(rank, resumed), rank.transport, communicator, learner,
+  const std::unique_ptr<RemoteActorServer> remote = open_remote_door(rank);
+  std::optional<ElasticTransport> elastic;
+  if (remote) elastic.emplace(rank.transport, *remote);
+  LearnerLoop loop(learner_loop_options(rank, resumed), elastic ? *elastic : rank.transport, communicator, learner,
                    EpisodeCodec(rank.spec), rank.logger);
-  const LearnerStats stats = loop.run();
+  LearnerStats stats = loop.run();
+  if (remote) stats.remote_connections = remote->counters();
   RankOutcome outcome;
   outcome.exit_code = exit_code_for(stats.end);
   outcome.report_json = learner_report_json(
@@ -166,6 +180,25 @@ RankOutcome run_actor_rank(const RankResources& rank) {
   outcome.report_json =
       actor_report_json(rank.plan.rank, this_rank_placement(rank.device.str()), stats, outcome.exit_code);
   return outcome;
+}
+
+ActorLoopOptions actor_loop_options(const TrainConfig& config, std::vector<int> learners, c10::Device device,
+                                    uint64_t seed) {
+  ActorLoopOptions options;
+  options.learner_ranks = std::move(learners);
+  options.credit_steps = config.credit_steps;
+  const std::string& policy = config.on_weight_update;
+  options.on_weight_update = policy == "restart" ? WeightUpdatePolicy::kRestart
+                             : policy == "keep"  ? WeightUpdatePolicy::kKeep
+                                                 : WeightUpdatePolicy::kReprefill;
+  const ContextPlan plan = context_plan(config);
+  options.fragment_steps = config.fragment_steps;
+  options.segment_steps = plan.segment_steps;
+  options.context_reach = plan.reach;
+  options.seed = seed;
+  options.device = device;
+  options.weight_broadcast_timeout_s = config.nccl_timeout_s;
+  return options;
 }
 
 }  // namespace kvrl

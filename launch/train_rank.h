@@ -16,6 +16,7 @@
 namespace kvrl {
 
 class ActorCritic;
+struct ActorLoopOptions;
 class Communicator;
 class Logger;
 class Transport;
@@ -51,6 +52,11 @@ struct RankOutcome {
   int exit_code = 0;
   std::string report_json;  // RUN_DIR/rank<N>.json
 };
+
+// What an actor loop needs from the config, for actor ranks and remote actors alike
+// (no faults, weights as messages).
+ActorLoopOptions actor_loop_options(const TrainConfig& config, std::vector<int> learners, c10::Device device,
+                                    uint64_t seed);
 
 RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Communicator>& communicator);
 RankOutcome run_actor_rank(const RankResources& rank);

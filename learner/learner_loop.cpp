@@ -53,15 +53,44 @@ void LearnerLoop::send_weights() {
       transport_.send(actor, MessageTag::kWeightsAnnounce, announcement.encode());
     stats_.synced_weights.record(policy_version_, parameters);
     staged_weights_->start(parameters, policy_version_);
+    // Remote actors are outside the collective: they get the weights as a message.
+    if (!remote_actors_.empty()) {
+      const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(parameters));
+      for (int actor : remote_actors_) transport_.send(actor, MessageTag::kWeights, bytes);
+    }
     return;
   }
   const std::vector<at::Tensor> parameters = learner_.model().parameters();
   stats_.synced_weights.record(policy_version_, parameters);
   const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(parameters));
   for (int actor : options_.actor_ranks) transport_.send(actor, MessageTag::kWeights, bytes);
+  for (int actor : remote_actors_) transport_.send(actor, MessageTag::kWeights, bytes);
+}
+
+void LearnerLoop::note_remote_actor(const Message& message) {
+  if (message.tag == MessageTag::kActorLeft) {
+    remote_actors_.erase(message.source);
+    ++stats_.remote_actors_left;
+    return;
+  }
+  remote_actors_.insert(message.source);
+  ++stats_.remote_actors_joined;
+  const std::vector<at::Tensor> parameters = learner_.model().parameters();
+  transport_.send(message.source, MessageTag::kWeights,
+                  WeightsCodec::encode(policy_version_, flatten_parameters(parameters)));
 }
 
 void LearnerLoop::receive(const Message& message, bool stopping) {
+  if (message.tag == MessageTag::kActorJoined || message.tag == MessageTag::kActorLeft) {
+    if (!stopping || message.tag == MessageTag::kActorLeft) note_remote_actor(message);
+    return;
+  }
+  if (message.tag == MessageTag::kStopRequest && remote_actors_.count(message.source) > 0) {
+    // A remote actor that was asked to stop leaves; the run goes on without it.
+    logger_->info(cat("remote actor ", message.source, " was asked to stop: letting it leave"));
+    transport_.send(message.source, MessageTag::kStop, {static_cast<uint8_t>(RunEnd::kInterrupted)});
+    return;
+  }
   if (message.tag == MessageTag::kStopRequest) {
     if (stop_requested_by_ < 0) {
       stop_requested_by_ = message.source;
@@ -337,6 +366,7 @@ void LearnerLoop::shut_down() {
   queue_.clear();
   for (int actor : options_.actor_ranks)
     transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
+  for (int actor : remote_actors_) transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
   while (!all_actors_done()) {
     if (auto message = transport_.poll()) {
       receive(*message, /*stopping=*/true);

@@ -7,6 +7,10 @@
 // reached; then each learner tells the actors to stop and drains until every actor has
 // reported how many episodes it sent, so sent = used + dropped, with reasons.
 //
+// Learner 0 may also serve remote actors (kvrl actor --connect, through ElasticTransport):
+// they join and leave while the run goes on, get the weights on joining and at every sync,
+// and are told to stop at the end, but the loop never waits for one.
+//
 // A run also stops early, on every learner at the same update, when a rank was asked to
 // stop (a signal, or an actor's stop request) or after too many consecutive updates with
 // a non-finite loss or gradient. Learner 0 writes checkpoints every so many updates or
@@ -17,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,6 +72,9 @@ struct LearnerStats {
   std::map<std::string, int64_t> dropped;  // by reason
   std::map<int, int64_t> received_from;    // per actor rank, valid or not
   std::map<int, int64_t> announced_by;     // what each actor said it sent
+  int64_t remote_actors_joined = 0;        // learner 0: actors that connected over TCP (kvrl actor --connect)
+  int64_t remote_actors_left = 0;          // of them, those that left before the run ended
+  std::map<std::string, int64_t> remote_connections;  // the RemoteActorServer's counters, by name
   double lag_min = 0, lag_mean = 0, lag_max = 0;
   double mean_return = 0;  // over the last episodes (up to 100 per learner), all learners
   double wall_seconds = 0;
@@ -89,6 +97,9 @@ class LearnerLoop {
   void receive(const Message& message, bool stopping);
   void grant_credit(int actor_rank, int64_t steps);
   void send_weights();
+  // A remote actor joined or left (kActorJoined, kActorLeft): it gets the current weights,
+  // or is forgotten.
+  void note_remote_actor(const Message& message);
   RunSnapshot snapshot(double wall_seconds) const;
   double recent_mean_return() const;
   // Whether `episode` lags the current policy by more than max_policy_lag versions.
@@ -136,6 +147,7 @@ class LearnerLoop {
   int stop_requested_by_ = -1;  // the actor rank that asked to stop, or -1
   int64_t checkpointed_update_ = -1;
   std::unique_ptr<StagedWeightSender> staged_weights_;  // learner 0 with options_.weight_broadcast
+  std::set<int> remote_actors_;  // learner 0: actors connected over TCP now; never waited for
   LearnerStats stats_;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start_, last_log_, last_checkpoint_time_, last_update_time_;

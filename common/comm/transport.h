@@ -23,6 +23,11 @@ enum class MessageTag : int {
   kActorDone = 5,        // actor -> learner: int64 count of episodes this actor sent to it
   kStopRequest = 6,      // actor -> learner: this actor was asked to stop (a signal); stop the run
   kWeightsAnnounce = 7,  // learner 0 -> actor: a staged weight broadcast of this version follows (16 bytes)
+  // Events on learner 0, from its RemoteActorServer (common/comm/remote_actor_server.h),
+  // never sent between ranks: a remote actor joined (source = its id), or left (bytes:
+  // the reason, as text).
+  kActorJoined = 8,
+  kActorLeft = 9,
 };
 
 // Why a run ended, carried by kStop so that every rank exits with the same status.

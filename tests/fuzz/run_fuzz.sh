@@ -7,8 +7,8 @@
 # A finding fails the test and leaves the input in BUILD_DIR/findings-TARGET; once fixed,
 # copy it into tests/fuzz/crashers/TARGET so it stays fixed.
 #   tests/fuzz/run_fuzz.sh BUILD_DIR [SECONDS] [TARGET]
-# TARGET: wire_decoders (the default), torch_pickle, weight_announcement, status_request
-# or train_config. Runs for different targets may share BUILD_DIR at the same time.
+# TARGET: wire_decoders (the default), torch_pickle, weight_announcement, status_request,
+# train_config or tcp_frames. Runs for different targets may share BUILD_DIR at the same time.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: run_fuzz.sh BUILD_DIR [SECONDS] [TARGET]}"
@@ -18,7 +18,8 @@ case "$target" in
   wire_decoders | torch_pickle | status_request) max_len=8192 ;;
   train_config) max_len=4096 ;;
   weight_announcement) max_len=64 ;;
-  *) echo "run_fuzz.sh: unknown target '$target' (wire_decoders, torch_pickle, weight_announcement, status_request, train_config)" >&2; exit 2 ;;
+  tcp_frames) max_len=1024 ;;
+  *) echo "run_fuzz.sh: unknown target '$target' (wire_decoders, torch_pickle, weight_announcement, status_request, train_config, tcp_frames)" >&2; exit 2 ;;
 esac
 command -v clang++ >/dev/null || { echo "run_fuzz.sh: clang++ is missing (scripts/setup.sh --test installs it)" >&2; exit 1; }
 mkdir -p "$build"
