@@ -95,7 +95,8 @@ class ActorLoop {
   void handle(const Message& message);
   // The step of `streams` (what `step` and `is_init` hold, in that order); `is_init`: per
   // stream, whether this step started its context.
-  void record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init, std::span<const int64_t> streams);
+  void record_step(const PolicyStep& step, const std::vector<uint8_t>& is_init,
+                   std::span<const int64_t> streams);
   // Which of `streams` start a context with this step: new episodes, restarts after new
   // weights, and segments that reached segment_steps.
   std::vector<uint8_t> context_starts(std::span<const int64_t> streams);
@@ -117,7 +118,8 @@ class ActorLoop {
   // Steps the policy on the streams whose environment is ready, sends their actions and
   // waits for the environments that are ready next (all of them, unless env.stepping is async).
   void step_environments(at::Generator& generator, uint64_t& next_episode_id);
-  PolicyStep act(std::span<const int64_t> streams, const std::vector<uint8_t>& init, at::Generator& generator);
+  PolicyStep act(std::span<const int64_t> streams, const std::vector<uint8_t>& init,
+                 at::Generator& generator);
   // The policy's input rows for `streams`, on the policy's device.
   at::Tensor observations_of(std::span<const int64_t> streams) const;
   void record_outcomes(std::span<const int64_t> streams, uint64_t& next_episode_id);

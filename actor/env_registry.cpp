@@ -195,10 +195,12 @@ std::unique_ptr<VectorEnv> make_vector_env(const EnvironmentRequest& request, in
                                            uint64_t seed) {
   if (request.plugin.empty() && is_gym_environment(request.name)) {
     check_gym_request(request);
-    if (request.stepping.asynchronous || request.stepping.threads > 0 || !request.stepping.step_delays_s.empty()) {
-      throw InvalidArgumentError(request.name +
-                                 " steps through Gymnasium's vector API, all environments together in its own "
-                                 "loop: asynchronous stepping, step threads and step delays need a native environment");
+    if (request.stepping.asynchronous || request.stepping.threads > 0 ||
+        !request.stepping.step_delays_s.empty()) {
+      throw InvalidArgumentError(
+          request.name +
+          " steps through Gymnasium's vector API, all environments together in its own "
+          "loop: asynchronous stepping, step threads and step delays need a native environment");
     }
     return make_gym_vector_env(request.name, request.gym, num_envs, seed);
   }

@@ -5,7 +5,8 @@
 
 namespace kvrl {
 
-EnvStepPool::EnvStepPool(int64_t threads, std::function<void(int64_t)> step_one) : step_one_(std::move(step_one)) {
+EnvStepPool::EnvStepPool(int64_t threads, std::function<void(int64_t)> step_one)
+    : step_one_(std::move(step_one)) {
   for (int64_t i = 0; i < std::max<int64_t>(threads, 1); ++i) threads_.emplace_back([this] { work(); });
 }
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <thread>
 #include <utility>
 
 #include "actor/env_step_pool.h"
-
 #include "common/support/errors.h"
 
 namespace kvrl {
@@ -100,6 +100,8 @@ NativeVectorEnv::NativeVectorEnv(std::vector<std::unique_ptr<Environment>> envs,
       pending_actions_(envs_.size() * action_size(), 0.0f),
       in_flight_(envs_.size(), 0) {
   check_stepping(stepping_, num_envs());
+  every_env_.resize(num_envs());
+  std::iota(every_env_.begin(), every_env_.end(), 0);
   for (const auto& env : envs_) {
     if (env->observation_space() != observation_space() || env->action_space() != action_space()) {
       throw InvalidArgumentError("VectorEnv: " + env->name() + " has spaces " +
@@ -134,8 +136,8 @@ void NativeVectorEnv::reset() {
 void NativeVectorEnv::step_env(int64_t index) {
   const int64_t obs_size = observation_size(), act_size = action_size();
   auto observation = std::span<float>(observations_).subspan(index * obs_size, obs_size);
-  const StepResult result =
-      envs_[index]->step(std::span<const float>(pending_actions_).subspan(index * act_size, act_size), observation);
+  const StepResult result = envs_[index]->step(
+      std::span<const float>(pending_actions_).subspan(index * act_size, act_size), observation);
   rewards_[index] = result.reward;
   terminated_[index] = result.terminated;
   truncated_[index] = result.truncated;
@@ -151,9 +153,7 @@ void NativeVectorEnv::step_env(int64_t index) {
 
 void NativeVectorEnv::step(std::span<const float> actions) {
   check_action_count(actions);
-  std::vector<int64_t> all(num_envs());
-  for (int64_t i = 0; i < num_envs(); ++i) all[i] = i;
-  send(all, actions);
+  send(every_env_, actions);
   int64_t returned = 0;
   while (returned < num_envs()) returned += static_cast<int64_t>(wait_ready().size());
 }
@@ -174,8 +174,9 @@ void NativeVectorEnv::check_sendable(std::span<const int64_t> envs) const {
 void NativeVectorEnv::send(std::span<const int64_t> envs, std::span<const float> actions) {
   const int64_t act_size = action_size();
   if (static_cast<int64_t>(actions.size()) != static_cast<int64_t>(envs.size()) * act_size) {
-    throw InvalidArgumentError("VectorEnv::send: got " + std::to_string(actions.size()) + " action values for " +
-                               std::to_string(envs.size()) + " environments x " + std::to_string(act_size));
+    throw InvalidArgumentError("VectorEnv::send: got " + std::to_string(actions.size()) +
+                               " action values for " + std::to_string(envs.size()) + " environments x " +
+                               std::to_string(act_size));
   }
   check_sendable(envs);
   for (size_t k = 0; k < envs.size(); ++k) {

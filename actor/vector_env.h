@@ -104,7 +104,8 @@ class NativeVectorEnv : public VectorEnv {
  public:
   // Throws InvalidArgumentError when `envs` is empty or their spaces differ, or the
   // stepping options are invalid (naming the value).
-  NativeVectorEnv(std::vector<std::unique_ptr<Environment>> envs, uint64_t seed, NativeStepping stepping = {});
+  NativeVectorEnv(std::vector<std::unique_ptr<Environment>> envs, uint64_t seed,
+                  NativeStepping stepping = {});
   ~NativeVectorEnv() override;
 
   std::string name() const override { return envs_.front()->name(); }
@@ -129,6 +130,7 @@ class NativeVectorEnv : public VectorEnv {
   std::vector<uint64_t> episodes_started_;
   std::vector<float> pending_actions_;  // [num_envs, action_size]
   std::vector<uint8_t> in_flight_;      // per environment: sent, not yet returned
+  std::vector<int64_t> every_env_;      // 0 .. num_envs - 1, what step() sends
   std::unique_ptr<EnvStepPool> pool_;   // with stepping_.threads > 0
 };
 

@@ -31,7 +31,8 @@ struct ActorInputs {
 ActorInputs actor_inputs(const RemoteActorArguments& arguments) {
   if (arguments.positional.empty() || arguments.positional.front().find('=') != std::string::npos) {
     throw InvalidArgumentError(
-        "actor needs the training's config file: kvrl actor CONFIG.yaml --connect HOST:PORT --token-file FILE "
+        "actor needs the training's config file: kvrl actor CONFIG.yaml --connect HOST:PORT --token-file "
+        "FILE "
         "[key=value ...]");
   }
   ActorInputs inputs;
@@ -58,8 +59,9 @@ c10::Device actor_device(const TrainConfig& config, Logger& logger) {
 int exit_code_of(const ActorStats& stats, const TcpActorTransport& transport, Logger& logger) {
   if (!transport.lost().empty() && !transport.stopped_by_learner()) {
     logger.warn(transport.lost());
-    std::printf("kvrl actor: disconnected (%s): env_steps=%lld episodes_sent=%lld\n", transport.lost().c_str(),
-                static_cast<long long>(stats.env_steps), static_cast<long long>(stats.episodes_sent));
+    std::printf("kvrl actor: disconnected (%s): env_steps=%lld episodes_sent=%lld\n",
+                transport.lost().c_str(), static_cast<long long>(stats.env_steps),
+                static_cast<long long>(stats.episodes_sent));
     return kRemoteActorDisconnected;
   }
   std::printf("kvrl actor: %s: env_steps=%lld episodes_sent=%lld policy_version=%lld\n",
@@ -73,23 +75,29 @@ int exit_code_of(const ActorStats& stats, const TcpActorTransport& transport, Lo
 int run_remote_actor(const RemoteActorArguments& arguments) {
   const ActorInputs inputs = actor_inputs(arguments);
   TrainingSetup setup = prepare_training(inputs.config_path, inputs.overrides);
-  const TcpHello hello{kTcpFrameVersion, setup.config.actor_identity_hash(), read_token_file(arguments.token_file)};
+  const TcpHello hello{kTcpFrameVersion, setup.config.actor_identity_hash(),
+                       read_token_file(arguments.token_file)};
   install_stop_request_handlers();
   const int64_t parameters = [&] {
     int64_t count = 0;
     for (const auto& p : ActorCritic(setup.model).parameters()) count += p.numel();
     return count;
   }();
-  TcpActorTransport transport(inputs.host, inputs.port, hello, std::chrono::duration<double>(inputs.connect_timeout_s),
+  TcpActorTransport transport(inputs.host, inputs.port, hello,
+                              std::chrono::duration<double>(inputs.connect_timeout_s),
                               remote_frame_limit(setup.spec, parameters));
-  auto logger = std::make_shared<Logger>(transport.rank(), "remote actor", arguments.log_path, setup.config.log_level);
+  auto logger =
+      std::make_shared<Logger>(transport.rank(), "remote actor", arguments.log_path, setup.config.log_level);
   logger->info(cat("joined learner 0 at ", inputs.host, ":", inputs.port, " as actor ", transport.rank()));
   const c10::Device device = actor_device(setup.config, *logger);
   at::set_num_threads(static_cast<int>(setup.config.actor_threads));
-  const uint64_t seed = static_cast<uint64_t>(setup.config.seed) * 1000003 + static_cast<uint64_t>(transport.rank());
-  const std::unique_ptr<VectorEnv> env = make_configured_vector_env(setup.config, setup.config.num_envs, seed * 7919);
+  const uint64_t seed =
+      static_cast<uint64_t>(setup.config.seed) * 1000003 + static_cast<uint64_t>(transport.rank());
+  const std::unique_ptr<VectorEnv> env =
+      make_configured_vector_env(setup.config, setup.config.num_envs, seed * 7919);
   ActorLoop loop(actor_loop_options(setup.config, {0}, device, seed), transport,
-                 make_policy(setup, /*learner=*/false, device, logger), *env, EpisodeCodec(setup.spec), logger);
+                 make_policy(setup, /*learner=*/false, device, logger), *env, EpisodeCodec(setup.spec),
+                 logger);
   const ActorStats stats = loop.run();
   return exit_code_of(stats, transport, *logger);
 }

@@ -11,9 +11,9 @@
 
 #include "common/comm/accelerator_probe.h"
 #include "common/support/errors.h"
+#include "launch/actor_command.h"
 #include "launch/command_line.h"
 #include "launch/env_rollout_command.h"
-#include "launch/actor_command.h"
 #include "launch/eval_command.h"
 #include "launch/train_command.h"
 #include "launch/train_config.h"
@@ -49,11 +49,13 @@ void add_actor(CLI::App& app, kvrl::RemoteActorArguments& actor, Command& comman
   sub->add_option("--connect", actor.connect, "learner 0's address and remote.port")
       ->type_name("HOST:PORT")
       ->required();
-  sub->add_option("--token-file", actor.token_file, "the file holding the run's shared token (remote.token_file)")
+  sub->add_option("--token-file", actor.token_file,
+                  "the file holding the run's shared token (remote.token_file)")
       ->type_name("FILE")
       ->required();
   sub->add_option("--log", actor.log_path, "also log to this file")->type_name("FILE");
-  sub->add_option("--connect-timeout", actor.connect_timeout_s, "seconds to keep trying to connect (default 30)")
+  sub->add_option("--connect-timeout", actor.connect_timeout_s,
+                  "seconds to keep trying to connect (default 30)")
       ->type_name("S");
   sub->add_option("args", actor.positional, "the training's config file, then key=value overrides")
       ->type_name("CONFIG.yaml [key=value ...]");

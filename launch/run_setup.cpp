@@ -51,7 +51,9 @@ namespace {
 NativeStepping native_stepping(const TrainConfig& config, int64_t num_envs) {
   NativeStepping stepping;
   stepping.asynchronous = config.env_stepping == "async";
-  stepping.threads = config.env_step_threads > 0 ? config.env_step_threads : stepping.asynchronous ? num_envs : 0;
+  stepping.threads = config.env_step_threads > 0 ? config.env_step_threads
+                     : stepping.asynchronous     ? num_envs
+                                                 : 0;
   stepping.min_ready = std::min(config.env_min_ready, num_envs);
   if (config.env_step_delay_ms > 0) {
     const double first = config.env_step_delay_ms / 1000;
@@ -160,8 +162,8 @@ std::shared_ptr<ActorCritic> make_policy(TrainingSetup& setup, bool learner, c10
   model->to(device);
   if ((learner ? setup.config.learner_autocast : setup.config.actor_autocast) == "bfloat16") {
     model->set_autocast(at::kBFloat16);
-    logger->info(cat(learner ? "the window forward runs" : "steps and caches run", " under bfloat16 autocast on ",
-                     device.str()));
+    logger->info(cat(learner ? "the window forward runs" : "steps and caches run",
+                     " under bfloat16 autocast on ", device.str()));
   }
   return model;
 }
@@ -178,8 +180,9 @@ std::string read_token_file(const std::string& path) {
 }
 
 size_t remote_frame_limit(const EpisodeSpec& spec, int64_t parameter_count) {
-  const int64_t step_bytes = spec.observation_size * static_cast<int64_t>(element_bytes(spec.observation_element)) +
-                             4 * spec.action_size + 64;
+  const int64_t step_bytes =
+      spec.observation_size * static_cast<int64_t>(element_bytes(spec.observation_element)) +
+      4 * spec.action_size + 64;
   const int64_t episode_bytes = (spec.max_length + spec.max_context + 1) * step_bytes + 4096;
   const int64_t weight_bytes = 4 * parameter_count + 4096;
   return static_cast<size_t>(2 * std::max(episode_bytes, weight_bytes));

@@ -132,51 +132,52 @@ Field string_field(std::string key, Member member, const std::vector<std::string
 // The keys of the run, its status server, its roles and its environment, in the reference's order.
 std::vector<Field> run_fields() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  return {int_field(
-              "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
-              "seeds environments, action sampling and initial weights"),
-          int_field(
-              "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
-              "stop once this many environment steps reached the learners"),
-          int_field(
-              "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
-              "also stop after this many updates; 0 = no limit"),
-          string_field(
-              "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
-              "run directory: logs, effective config, per-rank stats"),
-          float_field(
-              "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
-              "seconds between progress lines"),
-          string_field(
-              "run.log_level", [](auto& c) -> auto& { return c.log_level; },
-              {"trace", "debug", "info", "warn", "error", "off"},
-              "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
-          float_field(
-              "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
-              "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
-              "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
-          int_field(
-              "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
-              "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
-          string_field(
-              "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
-              "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
-          int_field(
-              "remote.port", [](auto& c) -> auto& { return c.remote_port; }, 0, 65535,
-              "learner 0 lets actor processes outside the MPI job join and leave on this TCP port (kvrl actor "
-              "--connect HOST:PORT, docs/reliability.md); 0 = off"),
-          string_field(
-              "remote.address", [](auto& c) -> auto& { return c.remote_address; }, {},
-              "the address learner 0 listens on for remote actors (127.0.0.1: this machine only)"),
-          string_field(
-              "remote.token_file", [](auto& c) -> auto& { return c.remote_token_file; }, {},
-              "a file holding the shared secret every remote actor presents; required with remote.port"),
-          int_field(
-              "remote.max_actors", [](auto& c) -> auto& { return c.remote_max_actors; }, 1, 4096,
-              "remote actors connected at once; more are refused, naming the limit"),
-          int_field(
-              "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
-              "learner ranks (the lowest ranks); the other ranks act")};
+  return {
+      int_field(
+          "run.seed", [](auto& c) -> auto& { return c.seed; }, 0, kMax,
+          "seeds environments, action sampling and initial weights"),
+      int_field(
+          "run.total_env_steps", [](auto& c) -> auto& { return c.total_env_steps; }, 1, kMax,
+          "stop once this many environment steps reached the learners"),
+      int_field(
+          "run.max_updates", [](auto& c) -> auto& { return c.max_updates; }, 0, kMax,
+          "also stop after this many updates; 0 = no limit"),
+      string_field(
+          "run.dir", [](auto& c) -> auto& { return c.run_dir; }, {},
+          "run directory: logs, effective config, per-rank stats"),
+      float_field(
+          "run.log_interval_s", [](auto& c) -> auto& { return c.log_interval_s; }, 0.01, 86400,
+          "seconds between progress lines"),
+      string_field(
+          "run.log_level", [](auto& c) -> auto& { return c.log_level; },
+          {"trace", "debug", "info", "warn", "error", "off"},
+          "log level of every rank (console and RUN_DIR/rank<N>.log); KVRL_LOG_LEVEL overrides it"),
+      float_field(
+          "run.peer_timeout_s", [](auto& c) -> auto& { return c.peer_timeout_s; }, 0, 86400,
+          "a rank that hears no heartbeat from a peer for this long ends the job, naming the peer "
+          "(UDP heartbeats between ranks, docs/multinode.md); 0 = off, otherwise at least 2"),
+      int_field(
+          "status.port", [](auto& c) -> auto& { return c.status_port; }, 0, 65535,
+          "learner 0 serves /metrics (Prometheus) and /status (JSON) over HTTP on this port; 0 = off"),
+      string_field(
+          "status.address", [](auto& c) -> auto& { return c.status_address; }, {},
+          "the address the status server binds (127.0.0.1: this machine only; 0.0.0.0: every interface)"),
+      int_field(
+          "remote.port", [](auto& c) -> auto& { return c.remote_port; }, 0, 65535,
+          "learner 0 lets actor processes outside the MPI job join and leave on this TCP port (kvrl actor "
+          "--connect HOST:PORT, docs/reliability.md); 0 = off"),
+      string_field(
+          "remote.address", [](auto& c) -> auto& { return c.remote_address; }, {},
+          "the address learner 0 listens on for remote actors (127.0.0.1: this machine only)"),
+      string_field(
+          "remote.token_file", [](auto& c) -> auto& { return c.remote_token_file; }, {},
+          "a file holding the shared secret every remote actor presents; required with remote.port"),
+      int_field(
+          "remote.max_actors", [](auto& c) -> auto& { return c.remote_max_actors; }, 1, 4096,
+          "remote actors connected at once; more are refused, naming the limit"),
+      int_field(
+          "learners", [](auto& c) -> auto& { return c.learners; }, 1, 1024,
+          "learner ranks (the lowest ranks); the other ranks act")};
 }
 
 // The keys of the environment.
@@ -678,7 +679,8 @@ void check_consistency(const TrainConfig& config) {
     }
   }
   if (config.remote_port > 0 && config.remote_token_file.empty()) {
-    fail("remote.token_file", "", "remote.port is set, so remote actors need a shared token: name a file holding it");
+    fail("remote.token_file", "",
+         "remote.port is set, so remote actors need a shared token: name a file holding it");
   }
   if (config.peer_timeout_s != 0 && config.peer_timeout_s < 2) {
     fail("run.peer_timeout_s", number_text(config.peer_timeout_s),
@@ -765,8 +767,8 @@ uint64_t TrainConfig::actor_identity_hash() const {
   // What each actor may choose for itself: where files are, its device and threads, and how
   // its environments step.
   static const std::set<std::string> kLocal = {
-      "env.mujoco_model_dir", "actor.device",    "actor.threads",     "actor.autocast",
-      "actor.credit_steps",   "env.stepping",    "env.step_threads",  "env.min_ready",
+      "env.mujoco_model_dir", "actor.device",         "actor.threads",    "actor.autocast",
+      "actor.credit_steps",   "env.stepping",         "env.step_threads", "env.min_ready",
       "env.step_delay_ms",    "env.step_delay_spread"};
   uint64_t hash = 1469598103934665603ULL;
   auto mix = [&](const std::string& text) {

@@ -25,11 +25,11 @@ struct TrainConfig {
   double peer_timeout_s = 30;           // a rank silent this long ends the run; 0 = no heartbeats
   int64_t status_port = 0;              // learner 0 serves /metrics and /status here; 0 = off
   std::string status_address = "127.0.0.1";
-  int64_t remote_port = 0;                // learner 0 lets remote actors join on this TCP port; 0 = off
+  int64_t remote_port = 0;                   // learner 0 lets remote actors join on this TCP port; 0 = off
   std::string remote_address = "127.0.0.1";  // the interface it listens on
-  std::string remote_token_file;          // the shared secret remote actors must present
-  int64_t remote_max_actors = 64;         // remote actors connected at once
-  int64_t learners = 1;  // learner ranks (the lowest ranks); the others act
+  std::string remote_token_file;             // the shared secret remote actors must present
+  int64_t remote_max_actors = 64;            // remote actors connected at once
+  int64_t learners = 1;                      // learner ranks (the lowest ranks); the others act
   // env
   std::string env_name = "CartPole-v1";           // a built-in environment
   std::string env_plugin;                         // or a plugin shared library (overrides env.name)

@@ -151,8 +151,8 @@ RankOutcome run_learner_rank(const RankResources& rank, const std::shared_ptr<Co
   const std::unique_ptr<RemoteActorServer> remote = open_remote_door(rank);
   std::optional<ElasticTransport> elastic;
   if (remote) elastic.emplace(rank.transport, *remote);
-  LearnerLoop loop(learner_loop_options(rank, resumed), elastic ? *elastic : rank.transport, communicator, learner,
-                   EpisodeCodec(rank.spec), rank.logger);
+  LearnerLoop loop(learner_loop_options(rank, resumed), elastic ? *elastic : rank.transport, communicator,
+                   learner, EpisodeCodec(rank.spec), rank.logger);
   LearnerStats stats = loop.run();
   if (remote) stats.remote_connections = remote->counters();
   RankOutcome outcome;

@@ -55,7 +55,8 @@ void LearnerLoop::send_weights() {
     staged_weights_->start(parameters, policy_version_);
     // Remote actors are outside the collective: they get the weights as a message.
     if (!remote_actors_.empty()) {
-      const std::vector<uint8_t> bytes = WeightsCodec::encode(policy_version_, flatten_parameters(parameters));
+      const std::vector<uint8_t> bytes =
+          WeightsCodec::encode(policy_version_, flatten_parameters(parameters));
       for (int actor : remote_actors_) transport_.send(actor, MessageTag::kWeights, bytes);
     }
     return;
@@ -366,7 +367,8 @@ void LearnerLoop::shut_down() {
   queue_.clear();
   for (int actor : options_.actor_ranks)
     transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
-  for (int actor : remote_actors_) transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
+  for (int actor : remote_actors_)
+    transport_.send(actor, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
   while (!all_actors_done()) {
     if (auto message = transport_.poll()) {
       receive(*message, /*stopping=*/true);

@@ -49,9 +49,9 @@ struct RemoteActorServer::State {
   tcp::acceptor acceptor{io};
   std::thread thread;
   int next_id = 0;
-  int live = 0;                                          // open sockets; I/O thread only
-  std::map<int, std::shared_ptr<Connection>> by_id;      // I/O thread only
-  mutable std::mutex mutex;                              // guards what follows
+  int live = 0;                                      // open sockets; I/O thread only
+  std::map<int, std::shared_ptr<Connection>> by_id;  // I/O thread only
+  mutable std::mutex mutex;                          // guards what follows
   std::deque<Inbound> inbox;
   std::map<std::string, int64_t> counters;
   int connected = 0;
@@ -67,7 +67,10 @@ struct RemoteActorServer::State {
 
 struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Connection> {
   Connection(State& state, tcp::socket socket)
-      : state(state), socket(std::move(socket)), handshake_timer(state.io), reader(state.options.max_frame_bytes) {}
+      : state(state),
+        socket(std::move(socket)),
+        handshake_timer(state.io),
+        reader(state.options.max_frame_bytes) {}
 
   State& state;
   tcp::socket socket;
@@ -97,12 +100,13 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
   }
 
   void read() {
-    socket.async_read_some(asio::buffer(buffer), [self = shared_from_this()](const boost::system::error_code& error,
-                                                                             size_t bytes) {
+    socket.async_read_some(asio::buffer(buffer), [self = shared_from_this()](
+                                                     const boost::system::error_code& error, size_t bytes) {
       if (!self->open) return;
       if (error) {
         const bool mid_frame = self->reader.partial_bytes() > 0;
-        self->close(error == asio::error::eof ? (mid_frame ? "truncated_frame" : "closed") : "connection_error");
+        self->close(error == asio::error::eof ? (mid_frame ? "truncated_frame" : "closed")
+                                              : "connection_error");
         return;
       }
       try {
@@ -134,7 +138,8 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
       return close("inbound_limit");
     }
     inbound_bytes += frame.payload.size();
-    state.deliver(Message{id, static_cast<MessageTag>(frame.kind), std::move(frame.payload)}, shared_from_this());
+    state.deliver(Message{id, static_cast<MessageTag>(frame.kind), std::move(frame.payload)},
+                  shared_from_this());
   }
 
   void greet(const TcpFrame& frame) {
@@ -147,14 +152,14 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
                                    std::to_string(kTcpFrameVersion));
     }
     if (hello.config_hash != state.options.config_hash) {
-      return refuse("config", "config hash " + std::to_string(hello.config_hash) + " differs from the run's " +
-                                  std::to_string(state.options.config_hash) +
+      return refuse("config", "config hash " + std::to_string(hello.config_hash) +
+                                  " differs from the run's " + std::to_string(state.options.config_hash) +
                                   ": the model, environment or actor keys differ from the training's config");
     }
     if (!same_token(hello.token, state.options.token)) return refuse("token", "wrong token");
     if (static_cast<int>(state.by_id.size()) >= state.options.max_connections) {
-      return refuse("connections", "learner 0 serves at most " + std::to_string(state.options.max_connections) +
-                                       " remote actors");
+      return refuse("connections", "learner 0 serves at most " +
+                                       std::to_string(state.options.max_connections) + " remote actors");
     }
     handshake_timer.cancel();
     id = state.next_id++;
@@ -173,8 +178,9 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
     state.logger->warn(cat("refused a remote actor from ", peer, ": ", why));
     state.count("refused_" + reason);
     const std::string text = "refused: " + why;
-    write(encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kRefused),
-                           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size())));
+    write(encode_tcp_frame(
+        static_cast<uint8_t>(HandshakeKind::kRefused),
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size())));
     close_after_write = "";
   }
 
@@ -187,8 +193,8 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
   void write(std::vector<uint8_t> bytes) {
     if (!open) return;
     if (outgoing_bytes + bytes.size() > state.options.max_queued_bytes) {
-      state.logger->warn(cat("remote actor ", id, " is not reading: more than ", state.options.max_queued_bytes,
-                             " bytes queued for it; dropping it"));
+      state.logger->warn(cat("remote actor ", id, " is not reading: more than ",
+                             state.options.max_queued_bytes, " bytes queued for it; dropping it"));
       return close("outbound_limit");
     }
     outgoing_bytes += bytes.size();
@@ -230,7 +236,8 @@ void RemoteActorServer::State::deliver(Message message, const std::shared_ptr<Co
   inbox.push_back({std::move(message), from});
 }
 
-void RemoteActorServer::State::closed(const std::shared_ptr<Connection>& connection, const std::string& reason) {
+void RemoteActorServer::State::closed(const std::shared_ptr<Connection>& connection,
+                                      const std::string& reason) {
   --live;
   if (connection->id < 0) {
     if (!reason.empty()) count("refused_" + reason);
@@ -277,7 +284,8 @@ RemoteActorServer::RemoteActorServer(RemoteActorServerOptions options, std::shar
   state_->next_id = state_->options.first_actor_id;
   boost::system::error_code error;
   const asio::ip::address address = asio::ip::make_address(state_->options.address, error);
-  if (error) throw InvalidArgumentError("remote actors: '" + state_->options.address + "' is not an IP address");
+  if (error)
+    throw InvalidArgumentError("remote actors: '" + state_->options.address + "' is not an IP address");
   const tcp::endpoint endpoint(address, static_cast<uint16_t>(state_->options.port));
   state_->acceptor.open(endpoint.protocol());
   state_->acceptor.set_option(tcp::acceptor::reuse_address(true));

@@ -26,15 +26,15 @@ namespace kvrl {
 class Logger;
 
 struct RemoteActorServerOptions {
-  std::string address = "127.0.0.1";  // the interface to listen on; loopback by default
-  int port = 0;                        // 0: any free port (see port())
-  std::string token;                   // the shared secret every actor must present; not empty
-  uint64_t config_hash = 0;            // of the keys that define the model and environment
-  int first_actor_id = 1;              // ids are given out from here on
-  int max_connections = 64;            // connected actors at once
-  size_t max_frame_bytes = 256u << 20;  // a frame's payload
+  std::string address = "127.0.0.1";     // the interface to listen on; loopback by default
+  int port = 0;                          // 0: any free port (see port())
+  std::string token;                     // the shared secret every actor must present; not empty
+  uint64_t config_hash = 0;              // of the keys that define the model and environment
+  int first_actor_id = 1;                // ids are given out from here on
+  int max_connections = 64;              // connected actors at once
+  size_t max_frame_bytes = 256u << 20;   // a frame's payload
   size_t max_queued_bytes = 512u << 20;  // per connection and direction
-  double handshake_timeout_s = 10;     // to send a hello after connecting
+  double handshake_timeout_s = 10;       // to send a hello after connecting
 };
 
 class RemoteActorServer {

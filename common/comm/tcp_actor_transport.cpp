@@ -49,7 +49,8 @@ struct TcpActorTransport::State {
   }
 };
 
-void TcpActorTransport::State::connect(const std::string& host, int port, std::chrono::duration<double> timeout) {
+void TcpActorTransport::State::connect(const std::string& host, int port,
+                                       std::chrono::duration<double> timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   tcp::resolver resolver(io);
   boost::system::error_code error;
@@ -58,7 +59,8 @@ void TcpActorTransport::State::connect(const std::string& host, int port, std::c
     if (!error) asio::connect(socket, endpoints, error);
     if (!error) return;
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw Error("cannot connect to learner 0 at " + host + ":" + std::to_string(port) + ": " + error.message() +
+      throw Error("cannot connect to learner 0 at " + host + ":" + std::to_string(port) + ": " +
+                  error.message() +
                   " (is the training running with remote.port set, and the address reachable?)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -100,27 +102,28 @@ void TcpActorTransport::State::write_next() {
     return;
   }
   writing = true;
-  asio::async_write(socket, asio::buffer(outgoing.front()), [this](const boost::system::error_code& error, size_t) {
-    {
-      std::lock_guard lock(mutex);
-      unsent -= 1;
-      sent.notify_all();
-    }
-    outgoing.pop_front();
-    if (error) {
-      lose("connection to learner 0 lost: " + error.message());
-      return;
-    }
-    write_next();
-  });
+  asio::async_write(socket, asio::buffer(outgoing.front()),
+                    [this](const boost::system::error_code& error, size_t) {
+                      {
+                        std::lock_guard lock(mutex);
+                        unsent -= 1;
+                        sent.notify_all();
+                      }
+                      outgoing.pop_front();
+                      if (error) {
+                        lose("connection to learner 0 lost: " + error.message());
+                        return;
+                      }
+                      write_next();
+                    });
 }
 
 TcpActorTransport::TcpActorTransport(const std::string& host, int port, const TcpHello& hello,
                                      std::chrono::duration<double> timeout, size_t max_frame_bytes)
     : state_(std::make_shared<State>(max_frame_bytes)) {
   state_->connect(host, port, timeout);
-  asio::write(state_->socket, asio::buffer(encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kHello),
-                                                            hello.encode())));
+  asio::write(state_->socket,
+              asio::buffer(encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kHello), hello.encode())));
   const TcpFrame answer = state_->read_frame_blocking();
   if (answer.kind == static_cast<uint8_t>(HandshakeKind::kRefused)) {
     throw InvalidArgumentError("learner 0 at " + host + ":" + std::to_string(port) + " " +
@@ -153,17 +156,19 @@ int TcpActorTransport::size() const { return state_->actor_id + 1; }
 
 void TcpActorTransport::send(int destination, MessageTag tag, std::vector<uint8_t> bytes) {
   if (destination != 0) {
-    throw InvalidArgumentError("a remote actor talks to learner 0 only, not rank " + std::to_string(destination));
+    throw InvalidArgumentError("a remote actor talks to learner 0 only, not rank " +
+                               std::to_string(destination));
   }
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->lost.empty()) return;  // nobody is listening any more
     ++state_->unsent;
   }
-  asio::post(state_->io, [state = state_.get(), frame = encode_tcp_frame(static_cast<uint8_t>(tag), bytes)]() mutable {
-    state->outgoing.push_back(std::move(frame));
-    if (!state->writing) state->write_next();
-  });
+  asio::post(state_->io,
+             [state = state_.get(), frame = encode_tcp_frame(static_cast<uint8_t>(tag), bytes)]() mutable {
+               state->outgoing.push_back(std::move(frame));
+               if (!state->writing) state->write_next();
+             });
 }
 
 std::optional<Message> TcpActorTransport::poll() {
@@ -213,7 +218,8 @@ std::pair<std::string, int> parse_host_port(const std::string& text) {
     port = -1;
   }
   if (host.empty() || port < 1 || port > 65535) {
-    throw InvalidArgumentError("--connect '" + text + "': expected HOST:PORT with a port in 1-65535, e.g. "
+    throw InvalidArgumentError("--connect '" + text +
+                               "': expected HOST:PORT with a port in 1-65535, e.g. "
                                "10.0.0.5:29500 or [::1]:29500");
   }
   return {host, port};

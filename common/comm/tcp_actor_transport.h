@@ -22,8 +22,8 @@ class TcpActorTransport : public Transport {
   // Connects to host:port and says hello; returns once welcomed. Throws Error naming the
   // address when the connection fails within `timeout`, and the learner's reason when it
   // refuses (token, config, version, connections).
-  TcpActorTransport(const std::string& host, int port, const TcpHello& hello, std::chrono::duration<double> timeout,
-                    size_t max_frame_bytes);
+  TcpActorTransport(const std::string& host, int port, const TcpHello& hello,
+                    std::chrono::duration<double> timeout, size_t max_frame_bytes);
   ~TcpActorTransport() override;
 
   int rank() const override;

@@ -75,8 +75,8 @@ std::optional<TcpFrame> TcpFrameReader::next() {
   const uint8_t* header = buffer_.data() + consumed_;
   const uint32_t length = get_u32(header + 8);
   if (partial_bytes() < kTcpFrameHeaderBytes + length) return std::nullopt;
-  TcpFrame frame{header[5], std::vector<uint8_t>(header + kTcpFrameHeaderBytes,
-                                                 header + kTcpFrameHeaderBytes + length)};
+  TcpFrame frame{header[5],
+                 std::vector<uint8_t>(header + kTcpFrameHeaderBytes, header + kTcpFrameHeaderBytes + length)};
   consumed_ += kTcpFrameHeaderBytes + length;
   if (consumed_ == buffer_.size()) {
     buffer_.clear();

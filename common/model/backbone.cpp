@@ -26,7 +26,8 @@ at::Tensor Backbone::static_step(const at::Tensor&, const at::Tensor&, KvCache&)
 }
 
 at::Tensor Backbone::stream_step(const at::Tensor&, const at::Tensor&, const at::Tensor&, KvCache&) {
-  throw InvalidArgumentError("this backbone cannot step a subset of its streams (has_stream_steps() is false)");
+  throw InvalidArgumentError(
+      "this backbone cannot step a subset of its streams (has_stream_steps() is false)");
 }
 
 std::shared_ptr<KvCache> Backbone::resize_kv_cache(const KvCache&, int64_t) {

@@ -246,10 +246,10 @@ at::Tensor CausalTransformer::stream_step(const at::Tensor& features, const at::
   }
   if (features.dim() != 3 || features.size(1) != 1 || features.size(-1) != options_.input_size ||
       positions.sizes() != features.sizes().slice(0, 1) || rows.sizes() != positions.sizes()) {
-    throw InvalidArgumentError("stream_step expects features [S, 1, input_size=" +
-                               std::to_string(options_.input_size) + "], positions [S] and rows [S], got " +
-                               c10::str(features.sizes()) + ", " + c10::str(positions.sizes()) + " and " +
-                               c10::str(rows.sizes()) + ".");
+    throw InvalidArgumentError(
+        "stream_step expects features [S, 1, input_size=" + std::to_string(options_.input_size) +
+        "], positions [S] and rows [S], got " + c10::str(features.sizes()) + ", " +
+        c10::str(positions.sizes()) + " and " + c10::str(rows.sizes()) + ".");
   }
   torch::NoGradGuard no_grad;
   const int64_t max_position = check_positions(positions);
@@ -262,8 +262,8 @@ std::shared_ptr<KvCache> CausalTransformer::resize_kv_cache(const KvCache& kv_ca
   if (old == nullptr) {
     throw InvalidArgumentError("kv_cache was not made by CausalTransformer::new_kv_cache.");
   }
-  auto grown =
-      std::static_pointer_cast<CausalTransformerKvCache>(new_kv_cache(batch_size, old->keys.device(), old->keys.scalar_type()));
+  auto grown = std::static_pointer_cast<CausalTransformerKvCache>(
+      new_kv_cache(batch_size, old->keys.device(), old->keys.scalar_type()));
   const int64_t kept = std::min(batch_size, old->keys.size(0));
   grown->keys.narrow(0, 0, kept).copy_(old->keys.narrow(0, 0, kept));
   grown->values.narrow(0, 0, kept).copy_(old->values.narrow(0, 0, kept));

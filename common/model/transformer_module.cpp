@@ -184,8 +184,9 @@ void TransformerModule::ensure_stream_rows(const c10::Device& device, int64_t st
 
 int64_t TransformerModule::check_stream_ids(const at::Tensor& value, const at::Tensor& stream_ids) const {
   if (value.dim() != 2) {
-    throw InvalidArgumentError("TransformerModule.step_streams: value must be [streams, features], got shape " +
-                               c10::str(value.sizes()) + ".");
+    throw InvalidArgumentError(
+        "TransformerModule.step_streams: value must be [streams, features], got shape " +
+        c10::str(value.sizes()) + ".");
   }
   if (stream_ids.scalar_type() != at::kLong || stream_ids.dim() != 1 || stream_ids.size(0) != value.size(0)) {
     throw InvalidArgumentError("TransformerModule.step_streams: stream_ids must be a long tensor of shape [" +

@@ -16,8 +16,8 @@ namespace kvrl {
 namespace {
 
 std::unique_ptr<NativeVectorEnv> cartpoles(int count, NativeStepping stepping) {
-  std::vector<std::unique_ptr<Environment>> envs;
-  for (int i = 0; i < count; ++i) envs.push_back(make_environment("CartPole-v1", {}));
+  std::vector<std::unique_ptr<Environment>> envs(count);
+  for (auto& env : envs) env = make_environment("CartPole-v1", {});
   return std::make_unique<NativeVectorEnv>(std::move(envs), /*seed=*/11, std::move(stepping));
 }
 
@@ -28,7 +28,7 @@ using Trajectories = std::map<int64_t, std::vector<float>>;
 // count, sending whichever environments are ready; returns each one's trajectory.
 Trajectories play(NativeVectorEnv& env, int steps) {
   Trajectories seen;
-  std::vector<int> done(env.num_envs(), 0);
+  std::vector<int64_t> done(env.num_envs(), 0);
   env.reset();
   std::vector<int64_t> ready;
   for (int64_t i = 0; i < env.num_envs(); ++i) ready.push_back(i);

@@ -60,7 +60,8 @@ void expect_header_refused(std::vector<uint8_t> frame, const std::string& messag
 }
 
 TEST(TcpFrames, BadHeadersAreRefusedBeforeAnyPayloadIsHeld) {
-  const std::vector<uint8_t> good = encode_tcp_frame(static_cast<uint8_t>(MessageTag::kEpisode), bytes_of("x"));
+  const std::vector<uint8_t> good =
+      encode_tcp_frame(static_cast<uint8_t>(MessageTag::kEpisode), bytes_of("x"));
   std::vector<uint8_t> frame = good;
   frame[0] = 'G';
   expect_header_refused(frame, "bad magic (not a kvrl actor connection)");
@@ -105,9 +106,10 @@ class RemoteActorsTest : public ::testing::Test {
     server_ = std::make_unique<RemoteActorServer>(options, std::make_shared<Logger>(0, "test", "", "off"));
   }
 
-  std::unique_ptr<TcpActorTransport> connect(const std::string& token = "secret", uint64_t hash = kConfigHash) {
-    return std::make_unique<TcpActorTransport>("127.0.0.1", server_->port(), TcpHello{kTcpFrameVersion, hash, token},
-                                               5s, kFrameLimit);
+  std::unique_ptr<TcpActorTransport> connect(const std::string& token = "secret",
+                                             uint64_t hash = kConfigHash) {
+    return std::make_unique<TcpActorTransport>("127.0.0.1", server_->port(),
+                                               TcpHello{kTcpFrameVersion, hash, token}, 5s, kFrameLimit);
   }
 
   // The next message the server hands out, waiting up to 5 s.
@@ -203,8 +205,9 @@ TEST_F(RemoteActorsTest, GarbageHugeLengthsAndTruncatedFramesDropOnlyTheirSender
   std::vector<uint8_t> huge = encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kHello), {});
   huge[8] = huge[9] = huge[10] = huge[11] = 0xff;
   send_raw(server_->port(), huge);
-  std::vector<uint8_t> truncated = encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kHello),
-                                                    TcpHello{kTcpFrameVersion, kConfigHash, "secret"}.encode());
+  std::vector<uint8_t> truncated =
+      encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kHello),
+                       TcpHello{kTcpFrameVersion, kConfigHash, "secret"}.encode());
   truncated.resize(truncated.size() - 3);
   send_raw(server_->port(), truncated);
   EXPECT_EQ(counter("refused_malformed_frame", 2), 2);

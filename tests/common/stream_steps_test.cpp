@@ -131,8 +131,8 @@ std::vector<int64_t> random_group(std::mt19937& rng, const std::vector<int64_t>&
 }
 
 // Steps the streams in random groups until each reached `until`; writes outputs into `out`.
-void step_in_groups(TransformerModule& module, const Streams& s, std::vector<int64_t>& next_step, int64_t until,
-                    Update update, int64_t update_at, std::mt19937& rng, at::Tensor& out) {
+void step_in_groups(TransformerModule& module, const Streams& s, std::vector<int64_t>& next_step,
+                    int64_t until, Update update, int64_t update_at, std::mt19937& rng, at::Tensor& out) {
   auto remaining = [&] {
     return std::any_of(next_step.begin(), next_step.end(), [&](int64_t t) { return t < until; });
   };
@@ -187,7 +187,8 @@ TEST_P(StreamStepsTest, AnyGroupingEqualsSteppingTheWholeBatch) {
     const auto grouped_module = std::dynamic_pointer_cast<TransformerModule>(original->clone());
     const at::Tensor grouped = in_groups(*grouped_module, s, c.update, update_at, seed);
     EXPECT_TRUE(torch::allclose(grouped, expected, 0, kTolerance))
-        << c.name << " seed " << seed << ": max difference " << (grouped - expected).abs().max().item<double>();
+        << c.name << " seed " << seed << ": max difference "
+        << (grouped - expected).abs().max().item<double>();
   }
 }
 
@@ -248,15 +249,18 @@ void expect_refusal(TransformerModule& module, const at::Tensor& value, const at
 TEST(StreamSteps, BadStreamIdsAreRefusedNamingThem) {
   TransformerModule module(learned_positions());
   const at::Tensor two = torch::randn({2, kFeatures});
-  expect_refusal(module, two, torch::tensor({3, 3}, torch::kLong),
-                 "TransformerModule.step_streams: stream id 3 appears twice; each stream steps at most once per "
-                 "call.");
+  expect_refusal(
+      module, two, torch::tensor({3, 3}, torch::kLong),
+      "TransformerModule.step_streams: stream id 3 appears twice; each stream steps at most once per "
+      "call.");
   expect_refusal(module, two, torch::tensor({0, -2}, torch::kLong),
                  "TransformerModule.step_streams: stream ids must be non-negative, got -2.");
-  expect_refusal(module, two, torch::tensor({0, 1}, torch::kInt),
-                 "TransformerModule.step_streams: stream_ids must be a long tensor of shape [2], got Int[2].");
-  expect_refusal(module, two, torch::tensor({0}, torch::kLong),
-                 "TransformerModule.step_streams: stream_ids must be a long tensor of shape [2], got Long[1].");
+  expect_refusal(
+      module, two, torch::tensor({0, 1}, torch::kInt),
+      "TransformerModule.step_streams: stream_ids must be a long tensor of shape [2], got Int[2].");
+  expect_refusal(
+      module, two, torch::tensor({0}, torch::kLong),
+      "TransformerModule.step_streams: stream_ids must be a long tensor of shape [2], got Long[1].");
   expect_refusal(module, torch::randn({0, kFeatures}), torch::zeros({0}, torch::kLong),
                  "TransformerModule.step_streams: no stream to step.");
   EXPECT_FALSE(module.has_cache());  // nothing was stepped
@@ -270,7 +274,8 @@ TEST(StreamSteps, AStreamPastMaxSeqLenRaises) {
   for (int64_t t = 1; t < 12; ++t) module.step_streams(one, torch::zeros({1}, torch::kBool), id);
   EXPECT_THROW(module.step_streams(one, torch::zeros({1}, torch::kBool), id), SequenceTooLongError);
   // Another stream is not held back by it.
-  EXPECT_NO_THROW(module.step_streams(one, torch::zeros({1}, torch::kBool), torch::tensor({0}, torch::kLong)));
+  EXPECT_NO_THROW(
+      module.step_streams(one, torch::zeros({1}, torch::kBool), torch::tensor({0}, torch::kLong)));
 }
 
 }  // namespace

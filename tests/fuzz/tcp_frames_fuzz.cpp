@@ -33,8 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> stream(data + 1, size - 1);
   kvrl::TcpFrameReader reader(kLimit);
   try {
-    for (const std::span<const uint8_t> piece : {stream.first(std::min(split, stream.size())),
-                                                 stream.subspan(std::min(split, stream.size()))}) {
+    for (const std::span<const uint8_t> piece :
+         {stream.first(std::min(split, stream.size())), stream.subspan(std::min(split, stream.size()))}) {
       reader.feed(piece);
       while (std::optional<kvrl::TcpFrame> frame = reader.next()) check_frame(*frame);
       if (reader.partial_bytes() > kLimit + kvrl::kTcpFrameHeaderBytes + stream.size()) __builtin_trap();

@@ -96,6 +96,38 @@ TEST(TrainConfig, EncoderKeysAreCheckedAtParse) {
   EXPECT_NE(normalised.find("does not apply with model.encoder = cnn"), std::string::npos) << normalised;
 }
 
+// Stepping keys: gym:<id> steps in Gymnasium's own vector loop, so only the default applies.
+TEST(TrainConfig, AsynchronousSteppingIsForNativeEnvironments) {
+  EXPECT_EQ(refusal("", {"env.stepping=async", "env.step_delay_ms=2", "env.step_delay_spread=4"}),
+            "accepted");
+  const std::string gym = refusal("", {"env.name=gym:CartPole-v1", "env.stepping=async"});
+  EXPECT_NE(gym.find("'env.stepping' = 'async': gym:<id> environments step together"), std::string::npos)
+      << gym;
+  EXPECT_NE(refusal("", {"env.name=gym:CartPole-v1", "env.step_threads=2"}).find("'env.step_threads' = '2'"),
+            std::string::npos);
+  EXPECT_NE(refusal("", {"env.stepping=sometimes"}).find("one of lockstep async"), std::string::npos);
+  EXPECT_NE(refusal("", {"env.step_delay_spread=0.5"}).find("a number in [1, 1000]"), std::string::npos);
+}
+
+// Remote actors: a port needs a token file, the address must be one, and the handshake's
+// hash follows what the actor must share with the run and nothing it may choose itself.
+TEST(TrainConfig, RemoteActorKeysAndTheirIdentityHash) {
+  EXPECT_EQ(refusal("", {"remote.port=29500", "remote.token_file=run.token"}), "accepted");
+  const std::string no_token = refusal("", {"remote.port=29500"});
+  EXPECT_NE(no_token.find("remote actors need a shared token"), std::string::npos) << no_token;
+  EXPECT_NE(refusal("", {"remote.address=learner-host"}).find("expected an IPv4 or IPv6 address"),
+            std::string::npos);
+  const uint64_t base = TrainConfig::parse("", {}).actor_identity_hash();
+  for (const char* own : {"actor.device=cuda", "actor.threads=4", "env.stepping=async", "remote.port=1",
+                          "run.seed=9", "learner.learning_rate=0.1"}) {
+    EXPECT_EQ(TrainConfig::parse("", {own, "remote.token_file=t"}).actor_identity_hash(), base) << own;
+  }
+  for (const char* shared : {"model.hidden_size=32", "env.name=Pendulum-v1", "env.num_envs=4",
+                             "actor.fragment_steps=64", "env.options.max_episode_steps=100"}) {
+    EXPECT_NE(TrainConfig::parse("", {shared}).actor_identity_hash(), base) << shared;
+  }
+}
+
 TEST(TrainConfig, RefusesTextThatIsNotUtf8) {
   EXPECT_EQ(refusal("run:\n  dir: caf\xc3\xa9\n"), "accepted");
   EXPECT_NE(refusal("run:\n  dir: caf\xe9\n").find("expected UTF-8 text"), std::string::npos);

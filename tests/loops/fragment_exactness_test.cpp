@@ -111,7 +111,8 @@ Collected collect_fragments(const ContextSetup& setup) {
     std::vector<std::unique_ptr<Environment>> envs;
     for (int64_t i = 0; i < kEnvs; ++i) envs.push_back(make_environment("RepeatPrevious", kEnvOptions));
     NativeStepping stepping;
-    if (setup.asynchronous) stepping = {.asynchronous = true, .threads = kEnvs, .step_delays_s = {0, 2e-4, 8e-4}};
+    if (setup.asynchronous)
+      stepping = {.asynchronous = true, .threads = kEnvs, .step_delays_s = {0, 2e-4, 8e-4}};
     NativeVectorEnv env(std::move(envs), 11, stepping);
     ActorLoopOptions options;
     options.learner_ranks = {0};
@@ -292,14 +293,14 @@ INSTANTIATE_TEST_SUITE_P(
         ContextSetup{"sliding_rotary_reprefill", PositionEncoding::kRotary, kWindow,
                      WeightUpdatePolicy::kReprefill},
         ContextSetup{"sliding_rotary_keep", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep},
-        ContextSetup{"segment_learned_restart_async", PositionEncoding::kLearned, 0, WeightUpdatePolicy::kRestart,
-                     true},
+        ContextSetup{"segment_learned_restart_async", PositionEncoding::kLearned, 0,
+                     WeightUpdatePolicy::kRestart, true},
         ContextSetup{"segment_learned_reprefill_async", PositionEncoding::kLearned, 0,
                      WeightUpdatePolicy::kReprefill, true},
         ContextSetup{"sliding_rotary_reprefill_async", PositionEncoding::kRotary, kWindow,
                      WeightUpdatePolicy::kReprefill, true},
-        ContextSetup{"sliding_rotary_keep_async", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep,
-                     true}),
+        ContextSetup{"sliding_rotary_keep_async", PositionEncoding::kRotary, kWindow,
+                     WeightUpdatePolicy::kKeep, true}),
     [](const ::testing::TestParamInfo<ContextSetup>& info) { return info.param.name; });
 
 }  // namespace
