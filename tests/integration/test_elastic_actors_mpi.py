@@ -67,6 +67,32 @@ def test_remote_actors_join_train_and_are_told_to_stop(tmp_path):
     assert learner["episodes_received"] == learner["episodes_used"] + sum(learner["dropped"].values())
 
 
+def test_a_remote_actor_asked_to_stop_leaves_and_the_run_goes_on(tmp_path):
+    port = free_port()
+    training, token = start_training(tmp_path, port, "run.max_updates=40", "learner.steps_per_update=512",
+                                     "actor.credit_steps=512", "run.total_env_steps=1000000")
+    log = tmp_path / "actor.log"
+    actor = start_actor(token, port, "--log", str(log))
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (log.exists() and "acting with policy version" in log.read_text()):
+            time.sleep(0.2)
+        actor.send_signal(signal.SIGTERM)
+        out, err = actor.communicate(timeout=60)
+        assert actor.returncode == 75, err[-2000:]
+        assert out.strip().splitlines()[-1].startswith("kvrl actor: stopped: env_steps="), out
+        assert training.poll() is None, "the run must go on without it"
+        train_out, train_err = training.communicate(timeout=300)
+    finally:
+        actor.kill()
+        training.kill()
+    assert training.returncode == 0, train_err[-3000:]
+    learner = learner_report(tmp_path)
+    assert learner["remote_actors_joined"] == 1 and learner["remote_actors_left"] == 1, learner
+    assert learner["updates"] == 40, learner
+    assert "was asked to stop: letting it leave" in open(tmp_path / "run" / "rank0.log").read()
+
+
 def test_a_wrong_token_or_config_is_refused_naming_why(tmp_path):
     port = free_port()
     training, token = start_training(tmp_path, port, "run.max_updates=40", "learner.steps_per_update=512",
