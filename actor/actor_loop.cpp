@@ -273,7 +273,9 @@ void ActorLoop::forward_stop_request() {
 at::Tensor ActorLoop::observations_of(std::span<const int64_t> streams) const {
   const int64_t obs_size = env_.observation_size();
   const auto count = static_cast<int64_t>(streams.size());
-  if (count == env_.num_envs() && !env_.asynchronous()) {  // every stream, in order
+  bool every_stream_in_order = count == env_.num_envs();
+  for (int64_t k = 0; every_stream_in_order && k < count; ++k) every_stream_in_order = streams[k] == k;
+  if (every_stream_in_order) {
     return at::from_blob(const_cast<float*>(env_.observations().data()), {count, obs_size}, at::kFloat)
         .to(options_.device);
   }

@@ -198,6 +198,9 @@ std::vector<int64_t> NativeVectorEnv::wait_ready() {
   std::vector<int64_t> ready = std::exchange(sent_, {});
   if (pool_) ready = pool_->wait(stepping_.asynchronous ? stepping_.min_ready : pool_->in_flight());
   for (const int64_t index : ready) in_flight_[index] = 0;
+  // The pool returns environments as they finished; in lockstep the caller gets them in
+  // index order, as from the caller's own thread.
+  if (!stepping_.asynchronous) std::sort(ready.begin(), ready.end());
   return ready;
 }
 

@@ -765,11 +765,10 @@ std::string TrainConfig::to_yaml() const {
 
 uint64_t TrainConfig::actor_identity_hash() const {
   // What each actor may choose for itself: where files are, its device and threads, and how
-  // its environments step.
+  // its environments step. Not its credit: learner 0's queue is bounded by it.
   static const std::set<std::string> kLocal = {
-      "env.mujoco_model_dir", "actor.device",         "actor.threads",    "actor.autocast",
-      "actor.credit_steps",   "env.stepping",         "env.step_threads", "env.min_ready",
-      "env.step_delay_ms",    "env.step_delay_spread"};
+      "env.mujoco_model_dir", "actor.device",  "actor.threads",     "actor.autocast",       "env.stepping",
+      "env.step_threads",     "env.min_ready", "env.step_delay_ms", "env.step_delay_spread"};
   uint64_t hash = 1469598103934665603ULL;
   auto mix = [&](const std::string& text) {
     for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ULL;

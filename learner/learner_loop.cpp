@@ -81,17 +81,27 @@ void LearnerLoop::note_remote_actor(const Message& message) {
                   WeightsCodec::encode(policy_version_, flatten_parameters(parameters)));
 }
 
-void LearnerLoop::receive(const Message& message, bool stopping) {
+bool LearnerLoop::handle_remote_actor_event(const Message& message, bool stopping) {
+  if (message.tag == MessageTag::kActorJoined && stopping) {
+    // Too late to act: told to stop at once, so it does not wait for weights that never come.
+    transport_.send(message.source, MessageTag::kStop, {static_cast<uint8_t>(stats_.end)});
+    return true;
+  }
   if (message.tag == MessageTag::kActorJoined || message.tag == MessageTag::kActorLeft) {
-    if (!stopping || message.tag == MessageTag::kActorLeft) note_remote_actor(message);
-    return;
+    note_remote_actor(message);
+    return true;
   }
   if (message.tag == MessageTag::kStopRequest && remote_actors_.count(message.source) > 0) {
     // A remote actor that was asked to stop leaves; the run goes on without it.
     logger_->info(cat("remote actor ", message.source, " was asked to stop: letting it leave"));
     transport_.send(message.source, MessageTag::kStop, {static_cast<uint8_t>(RunEnd::kInterrupted)});
-    return;
+    return true;
   }
+  return false;
+}
+
+void LearnerLoop::receive(const Message& message, bool stopping) {
+  if (handle_remote_actor_event(message, stopping)) return;
   if (message.tag == MessageTag::kStopRequest) {
     if (stop_requested_by_ < 0) {
       stop_requested_by_ = message.source;

@@ -100,6 +100,8 @@ class LearnerLoop {
   // A remote actor joined or left (kActorJoined, kActorLeft): it gets the current weights,
   // or is forgotten.
   void note_remote_actor(const Message& message);
+  // A remote actor's join, departure or stop request; returns whether `message` was one.
+  bool handle_remote_actor_event(const Message& message, bool stopping);
   RunSnapshot snapshot(double wall_seconds) const;
   double recent_mean_return() const;
   // Whether `episode` lags the current policy by more than max_policy_lag versions.

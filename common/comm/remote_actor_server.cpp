@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/comm/tcp_frames.h"
+#include "common/comm/tcp_keep_alive.h"
 #include "common/support/errors.h"
 #include "common/support/logger.h"
 
@@ -47,6 +48,7 @@ struct RemoteActorServer::State {
   // Keeps the I/O thread running while no socket is open, for the destructor's last handlers.
   asio::executor_work_guard<asio::io_context::executor_type> keep_running = asio::make_work_guard(io);
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
   std::thread thread;
   int next_id = 0;
   int live = 0;                                      // open sockets; I/O thread only
@@ -67,10 +69,7 @@ struct RemoteActorServer::State {
 
 struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Connection> {
   Connection(State& state, tcp::socket socket)
-      : state(state),
-        socket(std::move(socket)),
-        handshake_timer(state.io),
-        reader(state.options.max_frame_bytes) {}
+      : state(state), socket(std::move(socket)), handshake_timer(state.io), reader(kMaxHelloBytes) {}
 
   State& state;
   tcp::socket socket;
@@ -94,7 +93,9 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
     handshake_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(state.options.handshake_timeout_s)));
     handshake_timer.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
-      if (!error && self->id < 0) self->refuse("handshake_timeout", "no hello within the handshake timeout");
+      if (!error && self->open && self->id < 0 && !self->close_after_write) {
+        self->refuse("handshake_timeout", "no hello within the handshake timeout");
+      }
     });
     read();
   }
@@ -162,6 +163,8 @@ struct RemoteActorServer::State::Connection : std::enable_shared_from_this<Conne
                                        std::to_string(state.options.max_connections) + " remote actors");
     }
     handshake_timer.cancel();
+    reader.set_max_payload_bytes(state.options.max_frame_bytes);
+    keep_alive(socket);
     id = state.next_id++;
     state.by_id[id] = shared_from_this();
     write(encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kWelcome), encode_welcome(id)));
@@ -256,8 +259,14 @@ void RemoteActorServer::State::closed(const std::shared_ptr<Connection>& connect
 
 void RemoteActorServer::State::accept() {
   acceptor.async_accept([this](const boost::system::error_code& error, tcp::socket socket) {
+    if (error == asio::error::operation_aborted) return;
     if (error) {
-      if (error != asio::error::operation_aborted) accept();
+      // Out of descriptors or buffers: try again a little later instead of spinning.
+      logger->warn(cat("remote actors: accepting a connection failed (", error.message(), "); retrying"));
+      accept_retry.expires_after(std::chrono::milliseconds(100));
+      accept_retry.async_wait([this](const boost::system::error_code& cancelled) {
+        if (!cancelled) accept();
+      });
       return;
     }
     // Connections that have not said hello yet are bounded too, so a flood of idle sockets
@@ -303,6 +312,7 @@ RemoteActorServer::~RemoteActorServer() {
   asio::post(state_->io, [state = state_.get()] {
     boost::system::error_code ignored;
     state->acceptor.close(ignored);
+    state->accept_retry.cancel();
     for (auto& [id, connection] : std::map(state->by_id)) connection->close_when_sent("learner_stopped");
   });
   // The last frames (the stop) get a moment to leave; an actor that does not read them

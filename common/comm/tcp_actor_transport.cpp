@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/comm/tcp_keep_alive.h"
 #include "common/support/errors.h"
 
 namespace kvrl {
@@ -39,7 +40,8 @@ struct TcpActorTransport::State {
   explicit State(size_t max_frame_bytes) : reader(max_frame_bytes) {}
 
   void connect(const std::string& host, int port, std::chrono::duration<double> timeout);
-  TcpFrame read_frame_blocking();
+  // The next frame, reading on this thread; throws Error when none comes within `timeout`.
+  TcpFrame read_frame_within(std::chrono::duration<double> timeout);
   void read();
   void write_next();
   void lose(const std::string& why) {
@@ -67,11 +69,27 @@ void TcpActorTransport::State::connect(const std::string& host, int port,
   }
 }
 
-TcpFrame TcpActorTransport::State::read_frame_blocking() {
+TcpFrame TcpActorTransport::State::read_frame_within(std::chrono::duration<double> timeout) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
   while (true) {
     if (std::optional<TcpFrame> frame = reader.next()) return std::move(*frame);
+    bool done = false;
     boost::system::error_code error;
-    const size_t bytes = socket.read_some(asio::buffer(buffer), error);
+    size_t bytes = 0;
+    socket.async_read_some(asio::buffer(buffer), [&](const boost::system::error_code& e, size_t n) {
+      error = e;
+      bytes = n;
+      done = true;
+    });
+    io.restart();
+    io.run_until(deadline);
+    if (!done) {
+      socket.cancel();
+      io.restart();
+      io.run();  // the cancelled read's handler
+      throw Error("learner 0 did not answer the hello within " + std::to_string(timeout.count()) + " s");
+    }
     if (error) throw Error("learner 0 closed the connection during the handshake: " + error.message());
     reader.feed(std::span<const uint8_t>(buffer.data(), bytes));
   }
@@ -122,9 +140,10 @@ TcpActorTransport::TcpActorTransport(const std::string& host, int port, const Tc
                                      std::chrono::duration<double> timeout, size_t max_frame_bytes)
     : state_(std::make_shared<State>(max_frame_bytes)) {
   state_->connect(host, port, timeout);
+  keep_alive(state_->socket);
   asio::write(state_->socket,
               asio::buffer(encode_tcp_frame(static_cast<uint8_t>(HandshakeKind::kHello), hello.encode())));
-  const TcpFrame answer = state_->read_frame_blocking();
+  const TcpFrame answer = state_->read_frame_within(timeout);
   if (answer.kind == static_cast<uint8_t>(HandshakeKind::kRefused)) {
     throw InvalidArgumentError("learner 0 at " + host + ":" + std::to_string(port) + " " +
                                std::string(answer.payload.begin(), answer.payload.end()));
@@ -138,6 +157,7 @@ TcpActorTransport::TcpActorTransport(const std::string& host, int port, const Tc
     state_->inbox.push_back(Message{0, static_cast<MessageTag>(frame->kind), std::move(frame->payload)});
   }
   state_->read();
+  state_->io.restart();
   state_->thread = std::thread([state = state_.get()] { state->io.run(); });
 }
 

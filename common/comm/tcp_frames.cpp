@@ -1,6 +1,7 @@
 #include "common/comm/tcp_frames.h"
 
 #include <cstring>
+#include <limits>
 
 #include "common/support/errors.h"
 
@@ -8,7 +9,7 @@ namespace kvrl {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'K', 'V', 'R', 'F'};
-constexpr size_t kMaxTokenBytes = 1024;
+constexpr size_t kMaxTokenBytes = kMaxHelloBytes - 16;
 
 void put_u32(std::vector<uint8_t>& out, uint32_t value) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
@@ -34,6 +35,10 @@ bool known_kind(uint8_t kind) {
 }  // namespace
 
 std::vector<uint8_t> encode_tcp_frame(uint8_t kind, std::span<const uint8_t> payload) {
+  if (payload.size() > std::numeric_limits<uint32_t>::max()) {
+    throw InvalidArgumentError("a TCP frame carries at most 4 GiB; this payload has " +
+                               std::to_string(payload.size()) + " bytes");
+  }
   std::vector<uint8_t> frame(kMagic, kMagic + 4);
   frame.push_back(kTcpFrameVersion);
   frame.push_back(kind);
@@ -45,10 +50,9 @@ std::vector<uint8_t> encode_tcp_frame(uint8_t kind, std::span<const uint8_t> pay
 }
 
 void TcpFrameReader::feed(std::span<const uint8_t> bytes) {
-  if (consumed_ > 0 && consumed_ == buffer_.size()) {
-    buffer_.clear();
-    consumed_ = 0;
-  }
+  // Drop what was read out, so the buffer holds at most one frame and the bytes just fed.
+  buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(consumed_));
+  consumed_ = 0;
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   if (partial_bytes() >= kTcpFrameHeaderBytes) check_header();
 }
@@ -81,10 +85,8 @@ std::optional<TcpFrame> TcpFrameReader::next() {
   if (consumed_ == buffer_.size()) {
     buffer_.clear();
     consumed_ = 0;
-  } else if (partial_bytes() >= kTcpFrameHeaderBytes) {
-    check_header();
   }
-  return frame;
+  return frame;  // the next header is checked by the next call, so this frame is not lost
 }
 
 std::vector<uint8_t> TcpHello::encode() const {

@@ -11,8 +11,9 @@
 // Payloads of messages are the existing versioned, checksummed wire formats (episodes,
 // weights); the frame adds no checksum of its own. A reader refuses, by
 // MalformedMessageError, a wrong magic or version, nonzero reserved bytes, an unknown kind
-// or a length above its limit, before buffering any of the payload, so a garbage or
-// hostile peer costs at most one header of memory before it is dropped.
+// or a length above its limit, before buffering any of the payload; a server's limit is a
+// hello's size until the peer is let in, so a garbage or hostile peer costs at most a
+// hello's bytes before it is dropped.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,11 @@ class TcpFrameReader {
   std::optional<TcpFrame> next();
   // Bytes held of a frame not yet complete (what a peer that vanished mid-frame leaves).
   size_t partial_bytes() const { return buffer_.size() - consumed_; }
+  // Bytes the reader holds in memory, read out or not.
+  size_t held_bytes() const { return buffer_.size(); }
+  // Changes the payload limit for the frames still to come (a server raises it from the
+  // hello's size once the peer is let in).
+  void set_max_payload_bytes(size_t bytes) { max_payload_bytes_ = bytes; }
 
  private:
   void check_header() const;
@@ -72,6 +78,9 @@ struct TcpHello {
   // Throws MalformedMessageError naming what is wrong.
   static TcpHello decode(std::span<const uint8_t> bytes);
 };
+
+// The largest hello: what a server's reader accepts before it lets a peer in.
+inline constexpr size_t kMaxHelloBytes = 16 + 1024;
 
 // Learner 0's welcome: the id the actor acts as (its rank in episodes, above every MPI rank).
 std::vector<uint8_t> encode_welcome(int32_t actor_id);

@@ -28,7 +28,7 @@ def start_training(tmp_path, port, *overrides):
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV), token
 
 
-def start_actor(token, port, *overrides, log=None):
+def start_actor(token, port, *overrides):
     command = [KVRL, "actor", CONFIG, "--connect", f"127.0.0.1:{port}", "--token-file", str(token),
                "--connect-timeout", "60", *overrides]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -43,7 +43,7 @@ def test_remote_actors_join_train_and_are_told_to_stop(tmp_path):
     port = free_port()
     training, token = start_training(tmp_path, port, "run.max_updates=8", "learner.steps_per_update=1024",
                                      "actor.credit_steps=1024", "run.total_env_steps=1000000")
-    actors = [start_actor(token, port) for _ in range(2)]
+    actors = [start_actor(token, port, "actor.credit_steps=1024") for _ in range(2)]
     try:
         out, err = training.communicate(timeout=300)
         assert training.returncode == 0, err[-3000:]
@@ -72,7 +72,7 @@ def test_a_remote_actor_asked_to_stop_leaves_and_the_run_goes_on(tmp_path):
     training, token = start_training(tmp_path, port, "run.max_updates=40", "learner.steps_per_update=512",
                                      "actor.credit_steps=512", "run.total_env_steps=1000000")
     log = tmp_path / "actor.log"
-    actor = start_actor(token, port, "--log", str(log))
+    actor = start_actor(token, port, "actor.credit_steps=512", "--log", str(log))
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (log.exists() and "acting with policy version" in log.read_text()):
@@ -100,9 +100,9 @@ def test_a_wrong_token_or_config_is_refused_naming_why(tmp_path):
     try:
         wrong = tmp_path / "wrong.token"
         wrong.write_text("guess\n")
-        out, err = start_actor(wrong, port).communicate(timeout=120)
+        out, err = start_actor(wrong, port, "actor.credit_steps=512").communicate(timeout=120)
         assert "refused: wrong token" in err, err
-        differs = start_actor(token, port, "model.hidden_size=32")
+        differs = start_actor(token, port, "actor.credit_steps=512", "model.hidden_size=32")
         out, err = differs.communicate(timeout=120)
         assert differs.returncode == 2 and "refused: config hash" in err, err
         assert "the model, environment or actor keys differ from the training's config" in err, err
@@ -145,7 +145,7 @@ def test_killing_and_restarting_remote_actors_at_random_still_learns(tmp_path):
     training, token = start_training(tmp_path, port, "run.total_env_steps=500000", "run.seed=1",
                                      "actor.credit_steps=4096")
     rng = random.Random(7)
-    actors = [start_actor(token, port) for _ in range(2)]
+    actors = [start_actor(token, port, "actor.credit_steps=4096") for _ in range(2)]
     kills, rss = 0, []
     deadline = time.time() + 900
     next_kill = time.time() + rng.uniform(2, 10)
@@ -159,12 +159,16 @@ def test_killing_and_restarting_remote_actors_at_random_still_learns(tmp_path):
             victim = rng.randrange(len(actors))
             actors[victim].send_signal(signal.SIGKILL)
             actors[victim].communicate()
-            actors[victim] = start_actor(token, port)
+            actors[victim] = start_actor(token, port, "actor.credit_steps=4096")
             kills += 1
             next_kill = time.time() + rng.uniform(2, 10)
     out, err = training.communicate(timeout=60)
     for actor in actors:
-        actor.communicate(timeout=60)
+        try:
+            actor.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # started as the run ended: still trying to connect
+            actor.kill()
+            actor.communicate()
     assert training.returncode == 0, err[-3000:]
     learner = learner_report(tmp_path)
     half = len(rss) // 2

@@ -122,8 +122,9 @@ TEST(TrainConfig, RemoteActorKeysAndTheirIdentityHash) {
                           "run.seed=9", "learner.learning_rate=0.1"}) {
     EXPECT_EQ(TrainConfig::parse("", {own, "remote.token_file=t"}).actor_identity_hash(), base) << own;
   }
-  for (const char* shared : {"model.hidden_size=32", "env.name=Pendulum-v1", "env.num_envs=4",
-                             "actor.fragment_steps=64", "env.options.max_episode_steps=100"}) {
+  for (const char* shared :
+       {"model.hidden_size=32", "env.name=Pendulum-v1", "env.num_envs=4", "actor.fragment_steps=64",
+        "actor.credit_steps=4096", "env.options.max_episode_steps=100"}) {
     EXPECT_NE(TrainConfig::parse("", {shared}).actor_identity_hash(), base) << shared;
   }
 }

@@ -51,9 +51,10 @@ struct ContextSetup {
   PositionEncoding positions;
   int64_t window;  // 0: segment policy
   WeightUpdatePolicy on_update;
-  // env.stepping = async: environments of unequal speed on threads, the policy stepping
-  // whichever are ready (partial-batch steps, TransformerModule::step_streams).
-  bool asynchronous = false;
+  // How the environments step: in the actor's thread; on threads in lockstep, finishing in
+  // an order other than their index's; or asynchronously, the policy stepping whichever
+  // are ready (partial-batch steps, TransformerModule::step_streams).
+  enum class Stepping { kInThread, kLockstepPool, kAsync } stepping = Stepping::kInThread;
 
   int64_t segment_steps() const { return window == 0 ? kMaxSeqLen - 1 : 0; }
   int64_t reach() const { return window == 0 ? kMaxSeqLen - 2 : kLayers * (window - 1); }
@@ -111,8 +112,11 @@ Collected collect_fragments(const ContextSetup& setup) {
     std::vector<std::unique_ptr<Environment>> envs;
     for (int64_t i = 0; i < kEnvs; ++i) envs.push_back(make_environment("RepeatPrevious", kEnvOptions));
     NativeStepping stepping;
-    if (setup.asynchronous)
+    if (setup.stepping == ContextSetup::Stepping::kAsync) {
       stepping = {.asynchronous = true, .threads = kEnvs, .step_delays_s = {0, 2e-4, 8e-4}};
+    } else if (setup.stepping == ContextSetup::Stepping::kLockstepPool) {
+      stepping = {.asynchronous = false, .threads = kEnvs, .step_delays_s = {8e-4, 0, 2e-4}};
+    }
     NativeVectorEnv env(std::move(envs), 11, stepping);
     ActorLoopOptions options;
     options.learner_ranks = {0};
@@ -260,7 +264,11 @@ TEST_P(FragmentExactness, TheLearnerRecomputesWhatTheActorComputedForEveryTraine
     EXPECT_GT(collected.actor.segment_restarts, 0);
   }
   EXPECT_GT(collected.actor.context_prefix_steps, 0);
-  if (setup.asynchronous) EXPECT_GT(collected.actor.partial_policy_steps, collected.actor.policy_steps / 2);
+  if (setup.stepping == ContextSetup::Stepping::kAsync) {
+    EXPECT_GT(collected.actor.partial_policy_steps, collected.actor.policy_steps / 2);
+  } else {
+    EXPECT_EQ(collected.actor.partial_policy_steps, 0);
+  }
   EXPECT_EQ(result.pure_differing, 0) << "worst error " << result.worst_pure_error;
   EXPECT_LE(result.worst_pure_error, kTolerance);
   if (setup.on_update == WeightUpdatePolicy::kKeep) {
@@ -294,13 +302,15 @@ INSTANTIATE_TEST_SUITE_P(
                      WeightUpdatePolicy::kReprefill},
         ContextSetup{"sliding_rotary_keep", PositionEncoding::kRotary, kWindow, WeightUpdatePolicy::kKeep},
         ContextSetup{"segment_learned_restart_async", PositionEncoding::kLearned, 0,
-                     WeightUpdatePolicy::kRestart, true},
+                     WeightUpdatePolicy::kRestart, ContextSetup::Stepping::kAsync},
         ContextSetup{"segment_learned_reprefill_async", PositionEncoding::kLearned, 0,
-                     WeightUpdatePolicy::kReprefill, true},
+                     WeightUpdatePolicy::kReprefill, ContextSetup::Stepping::kAsync},
         ContextSetup{"sliding_rotary_reprefill_async", PositionEncoding::kRotary, kWindow,
-                     WeightUpdatePolicy::kReprefill, true},
+                     WeightUpdatePolicy::kReprefill, ContextSetup::Stepping::kAsync},
         ContextSetup{"sliding_rotary_keep_async", PositionEncoding::kRotary, kWindow,
-                     WeightUpdatePolicy::kKeep, true}),
+                     WeightUpdatePolicy::kKeep, ContextSetup::Stepping::kAsync},
+        ContextSetup{"segment_learned_reprefill_pool", PositionEncoding::kLearned, 0,
+                     WeightUpdatePolicy::kReprefill, ContextSetup::Stepping::kLockstepPool}),
     [](const ::testing::TestParamInfo<ContextSetup>& info) { return info.param.name; });
 
 }  // namespace
