@@ -46,7 +46,7 @@ def test_each_commands_help_lists_its_arguments(name):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["nonsense"], "unknown command 'nonsense' (the commands are train, eval, export,"),
+    (["nonsense"], "unknown command 'nonsense' (the commands are train, actor, eval, export,"),
     ([], "A subcommand is required (the commands are train,"),
     (["eval", "x.pt", "--sed", "1"], "unknown argument '--sed' (kvrl eval takes CHECKPOINT, --env, --episodes, "
                                     "--seed, --greedy"),
