@@ -130,8 +130,8 @@ void ActorLoop::adopt_weights(int64_t policy_version) {
   switch (options_.on_weight_update) {
     case WeightUpdatePolicy::kRestart:
       model_->mark_weight_update();
-      std::fill(restart_pending_.begin(), restart_pending_.end(),
-                1);  // each stream's next step starts a context
+      // Each stream's next step starts a context, whenever its environment is next ready.
+      std::fill(restart_pending_.begin(), restart_pending_.end(), 1);
       return;
     case WeightUpdatePolicy::kKeep:
       model_->keep_context_across_weight_update();

@@ -78,14 +78,9 @@ int run_remote_actor(const RemoteActorArguments& arguments) {
   const TcpHello hello{kTcpFrameVersion, setup.config.actor_identity_hash(),
                        read_token_file(arguments.token_file)};
   install_stop_request_handlers();
-  const int64_t parameters = [&] {
-    int64_t count = 0;
-    for (const auto& p : ActorCritic(setup.model).parameters()) count += p.numel();
-    return count;
-  }();
   TcpActorTransport transport(inputs.host, inputs.port, hello,
                               std::chrono::duration<double>(inputs.connect_timeout_s),
-                              remote_frame_limit(setup.spec, parameters));
+                              remote_frame_limit(setup.spec, ActorCritic(setup.model).parameters()));
   auto logger =
       std::make_shared<Logger>(transport.rank(), "remote actor", arguments.log_path, setup.config.log_level);
   logger->info(cat("joined learner 0 at ", inputs.host, ":", inputs.port, " as actor ", transport.rank()));

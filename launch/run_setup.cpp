@@ -179,7 +179,9 @@ std::string read_token_file(const std::string& path) {
   return token;
 }
 
-size_t remote_frame_limit(const EpisodeSpec& spec, int64_t parameter_count) {
+size_t remote_frame_limit(const EpisodeSpec& spec, const std::vector<at::Tensor>& parameters) {
+  int64_t parameter_count = 0;
+  for (const at::Tensor& p : parameters) parameter_count += p.numel();
   const int64_t step_bytes =
       spec.observation_size * static_cast<int64_t>(element_bytes(spec.observation_element)) +
       4 * spec.action_size + 64;

@@ -59,6 +59,6 @@ std::string read_token_file(const std::string& path);
 
 // The largest frame a remote actor's connection carries: the weights, or the longest
 // episode message `spec` allows, with room to spare.
-size_t remote_frame_limit(const EpisodeSpec& spec, int64_t parameter_count);
+size_t remote_frame_limit(const EpisodeSpec& spec, const std::vector<at::Tensor>& parameters);
 
 }  // namespace kvrl

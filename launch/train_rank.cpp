@@ -130,9 +130,7 @@ std::unique_ptr<RemoteActorServer> open_remote_door(const RankResources& rank) {
   options.config_hash = config.actor_identity_hash();
   options.first_actor_id = rank.plan.size;
   options.max_connections = static_cast<int>(config.remote_max_actors);
-  int64_t parameters = 0;
-  for (const auto& p : rank.model->parameters()) parameters += p.numel();
-  options.max_frame_bytes = remote_frame_limit(rank.spec, parameters);
+  options.max_frame_bytes = remote_frame_limit(rank.spec, rank.model->parameters());
   options.max_queued_bytes = 4 * options.max_frame_bytes;
   auto server = std::make_unique<RemoteActorServer>(options, rank.logger);
   rank.logger->info(cat("remote actors may join at ", config.remote_address, ":", server->port(),
