@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/model/rotary_embedding.h"
+#include "common/model/window_attention.h"
 #include "common/support/errors.h"
 
 namespace kvrl {
@@ -26,13 +27,6 @@ void require_positive(const char* name, int64_t value) {
                                ") must be a positive integer.");
   }
 }
-
-// Query rows per attention chunk of a masked window: small enough that a 512-token
-// causal window skips most of its upper triangle, large enough that the per-call
-// overhead stays small next to the kernel. From a one-off timing of SDPA forward+backward
-// on this repository's CPU machine ([2, 4 heads, 501, 16], bool block mask): 13.9 ms
-// whole, 10.3 ms in chunks of 64 or 128, 11.7 ms in chunks of 256.
-constexpr int64_t kAttentionQueryChunk = 64;
 
 }  // namespace
 
@@ -113,14 +107,22 @@ BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::
   if (!kv_cache) {
     const int64_t t = features.size(1);
     const std::optional<RotaryAngles> rotary = rotary_angles_of(positions, h.scalar_type());
-    at::Tensor window_mask = mask ? *mask : causal_window_mask(features.size(0), t, features.options());
-    const at::Tensor attn_mask = window_mask.unsqueeze(-3);
-    // Computed once for all layers: they share the mask.
-    const std::vector<AttentionChunk> chunks =
-        window_mask.scalar_type() == at::kBool && window_mask.dim() == 3 && t > kAttentionQueryChunk
-            ? attention_chunks(window_mask, kAttentionQueryChunk)
-            : std::vector<AttentionChunk>{};
-    for (auto& block : block_list_) h = block->forward(h, attn_mask, chunks, rotary ? &*rotary : nullptr);
+    // Without a mask and a sliding window, plain causal attention: the fused causal kernel,
+    // which materialises no [T, T] mask and skips the upper triangle.
+    const bool plain_causal = !mask && options_.attention_window == 0 && options_.tiled_attention;
+    const at::Tensor window_mask =
+        mask ? *mask
+             : (plain_causal ? at::Tensor() : causal_window_mask(features.size(0), t, features.options()));
+    const at::Tensor attn_mask = window_mask.defined() ? window_mask.unsqueeze(-3) : at::Tensor();
+    // Planned once for all layers: they share the mask.
+    const std::optional<WindowAttention> tiled =
+        options_.tiled_attention && window_mask.defined() && window_mask.scalar_type() == at::kBool &&
+                window_mask.dim() == 3 && t > kWindowAttentionQueryTile
+            ? WindowAttention::plan(window_mask, kWindowAttentionQueryTile)
+            : std::nullopt;
+    for (auto& block : block_list_) {
+      h = block->forward(h, attn_mask, tiled ? &*tiled : nullptr, rotary ? &*rotary : nullptr);
+    }
     return {norm_->forward(h), nullptr};
   }
   if (features.size(1) != 1) {
@@ -172,7 +174,7 @@ void CausalTransformer::prefill_kv_cache(const at::Tensor& features, const at::T
     at::Tensor layer_keys = cache.keys.select(1, layer);
     at::Tensor layer_values = cache.values.select(1, layer);
     WindowKeysValues window;
-    h = block_list_[layer]->forward(h, attn_mask, /*chunks=*/{}, rotary ? &*rotary : nullptr, &window);
+    h = block_list_[layer]->forward(h, attn_mask, /*tiled=*/nullptr, rotary ? &*rotary : nullptr, &window);
     store_prefill(window, host_lengths, layer_keys, layer_values);
   }
   cache.high_water = std::max(cache.high_water, std::min(t, options_.cache_slots()));

@@ -35,6 +35,11 @@ struct CausalTransformerOptions {
   // 0: attend to the whole context (at most max_seq_len steps); W in [1, max_seq_len]:
   // attend to the last W steps only, with unbounded positions (rotary positions only).
   int64_t attention_window = 0;
+  // A bool window mask is attended tile by tile over the key ranges it allows
+  // (common/model/window_attention.h), and a window without a mask (and without a sliding
+  // window) through the fused causal kernel. false: one whole-window masked call, as the
+  // reference does (for benchmarks, and as the oracle of the faster paths).
+  bool tiled_attention = true;
 
   // Throws InvalidArgumentError naming the first bad field.
   void validate() const;

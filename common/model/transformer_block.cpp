@@ -1,7 +1,5 @@
 #include "common/model/transformer_block.h"
 
-#include <ATen/ops/cat.h>
-#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/dropout.h>
@@ -10,43 +8,10 @@
 #include <string>
 
 #include "common/model/rotary_embedding.h"
+#include "common/model/window_attention.h"
 #include "common/support/errors.h"
 
 namespace kvrl {
-
-std::vector<AttentionChunk> attention_chunks(const at::Tensor& mask, int64_t query_chunk) {
-  if (mask.dim() != 3 || mask.size(-1) != mask.size(-2) || mask.scalar_type() != at::kBool) {
-    throw InvalidArgumentError("attention_chunks expects a bool mask [B, T, T], got " +
-                               c10::str(mask.scalar_type(), mask.sizes()) + ".");
-  }
-  if (query_chunk <= 0) {
-    throw InvalidArgumentError("query_chunk (" + std::to_string(query_chunk) +
-                               ") must be a positive integer.");
-  }
-  const int64_t t = mask.size(-1);
-  const int64_t count = (t + query_chunk - 1) / query_chunk;
-  // [chunks, T]: whether any query of the chunk, in any row, may attend to each key.
-  const at::Tensor needed = at::constant_pad_nd(mask.any(/*dim=*/0), {0, 0, 0, count * query_chunk - t}, 0)
-                                .view({count, query_chunk, t})
-                                .any(/*dim=*/1)
-                                .to(at::kCPU);
-  const auto keys = needed.accessor<bool, 2>();
-  std::vector<AttentionChunk> chunks;
-  chunks.reserve(static_cast<size_t>(count));
-  for (int64_t chunk = 0; chunk < count; ++chunk) {
-    int64_t first = 0;
-    while (first < t && !keys[chunk][first]) ++first;
-    int64_t last = t - 1;
-    while (last > first && !keys[chunk][last]) --last;
-    const int64_t begin = chunk * query_chunk;
-    const int64_t rows = std::min(query_chunk, t - begin);
-    // A chunk with no allowed key keeps every key, so its fully masked rows come out of
-    // the kernel exactly as they would unchunked.
-    chunks.push_back(first == t ? AttentionChunk{begin, rows, 0, t}
-                                : AttentionChunk{begin, rows, first, last - first + 1});
-  }
-  return chunks;
-}
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward,
                                            double dropout)
@@ -63,8 +28,8 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_head
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
-                                         const std::vector<AttentionChunk>& chunks,
-                                         const RotaryAngles* rotary, WindowKeysValues* captured) {
+                                         const WindowAttention* tiled, const RotaryAngles* rotary,
+                                         WindowKeysValues* captured) {
   const int64_t batch = h.size(0);
   const int64_t t = h.size(1);
   auto qkv = qkv_->forward(norm1_->forward(h)).chunk(3, /*dim=*/-1);
@@ -73,24 +38,14 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
   const at::Tensor keys = rotary ? apply_rotary(heads(qkv[1]), *rotary) : heads(qkv[1]);
   const at::Tensor values = heads(qkv[2]);
   if (captured != nullptr) *captured = {keys.detach(), values.detach()};
+  if (tiled != nullptr) return attend(h, (*tiled)(queries, keys, values));
   // An undefined mask means plain causal attention, which lets SDPA pick its fused
   // causal kernel instead of materialising a [B, heads, T, T] mask.
   if (!attn_mask.defined()) {
     return attend(h, at::scaled_dot_product_attention(queries, keys, values, /*attn_mask=*/std::nullopt,
                                                       /*dropout_p=*/0.0, /*is_causal=*/true));
   }
-  if (chunks.size() <= 1)
-    return attend(h, at::scaled_dot_product_attention(queries, keys, values, attn_mask));
-  std::vector<at::Tensor> parts;
-  parts.reserve(chunks.size());
-  for (const AttentionChunk& chunk : chunks) {
-    auto keys_of = [&](const at::Tensor& x) { return x.narrow(/*dim=*/2, chunk.key_begin, chunk.key_count); };
-    parts.push_back(at::scaled_dot_product_attention(
-        queries.narrow(/*dim=*/2, chunk.query_begin, chunk.query_count), keys_of(keys), keys_of(values),
-        attn_mask.narrow(/*dim=*/-2, chunk.query_begin, chunk.query_count)
-            .narrow(/*dim=*/-1, chunk.key_begin, chunk.key_count)));
-  }
-  return attend(h, at::cat(parts, /*dim=*/2));
+  return attend(h, at::scaled_dot_product_attention(queries, keys, values, attn_mask));
 }
 
 at::Tensor TransformerBlockImpl::forward_cached(const at::Tensor& h, const at::Tensor& attn_mask,

@@ -65,6 +65,7 @@ std::shared_ptr<Backbone> build_backbone(const TransformerModuleOptions& options
   backbone_options.dropout = options.dropout;
   backbone_options.positions = options.positions;
   backbone_options.attention_window = options.attention_window;
+  backbone_options.tiled_attention = options.tiled_attention;
   return std::make_shared<CausalTransformer>(backbone_options, device);
 }
 
@@ -370,7 +371,13 @@ at::Tensor TransformerModule::window(const at::Tensor& value, const at::Tensor& 
         "episode in the window.");
   }
   const at::Tensor positions = positions_from_is_init(window_init);
-  const at::Tensor mask = segment_causal_mask_from_is_init(window_init, backbone_->attention_window());
+  // Rows that each hold one context are plain causal attention, which needs no mask.
+  const bool one_context_per_row = options_.tiled_attention && backbone_->attention_window() == 0 && t > 1 &&
+                                   !window_init.narrow(-1, 1, t - 1).any().item<bool>();
+  const std::optional<at::Tensor> mask =
+      one_context_per_row
+          ? std::nullopt
+          : std::optional(segment_causal_mask_from_is_init(window_init, backbone_->attention_window()));
   at::Tensor out = backbone_->forward(features, positions, mask, nullptr).out;
 
   std::vector<int64_t> out_shape(batch.begin(), batch.end());

@@ -146,7 +146,7 @@ def test_killing_and_restarting_remote_actors_at_random_still_learns(tmp_path):
                                      "actor.credit_steps=4096")
     rng = random.Random(7)
     actors = [start_actor(token, port, "actor.credit_steps=4096") for _ in range(2)]
-    kills, rss = 0, []
+    kills, rss, outputs = 0, [], []
     deadline = time.time() + 900
     next_kill = time.time() + rng.uniform(2, 10)
     pid = None
@@ -158,17 +158,17 @@ def test_killing_and_restarting_remote_actors_at_random_still_learns(tmp_path):
         if time.time() >= next_kill:
             victim = rng.randrange(len(actors))
             actors[victim].send_signal(signal.SIGKILL)
-            actors[victim].communicate()
+            outputs.append(actors[victim].communicate())
             actors[victim] = start_actor(token, port, "actor.credit_steps=4096")
             kills += 1
             next_kill = time.time() + rng.uniform(2, 10)
     out, err = training.communicate(timeout=60)
     for actor in actors:
         try:
-            actor.communicate(timeout=30)
+            outputs.append(actor.communicate(timeout=30))
         except subprocess.TimeoutExpired:  # started as the run ended: still trying to connect
             actor.kill()
-            actor.communicate()
+            outputs.append(actor.communicate())
     assert training.returncode == 0, err[-3000:]
     learner = learner_report(tmp_path)
     half = len(rss) // 2
@@ -178,8 +178,15 @@ def test_killing_and_restarting_remote_actors_at_random_still_learns(tmp_path):
           f"received {learner['episodes_received']}, dropped {learner['dropped']}, "
           f"connections {learner['remote_connections']}")
     assert kills >= 5, kills
-    assert learner["remote_actors_joined"] == kills + 2, learner
-    assert learner["remote_actors_left"] >= kills, learner
+    # Every actor that logged its welcome was counted as joined. An actor may be counted without
+    # logging it when killed between the two, and one started as the run ended may never join.
+    said_joined = sum(" as actor " in out + err for out, err in outputs)
+    assert len(outputs) == kills + 2
+    assert said_joined >= 5, said_joined
+    assert said_joined <= learner["remote_actors_joined"] <= kills + 2, (said_joined, learner)
+    assert learner["remote_connections"]["accepted"] == learner["remote_actors_joined"], learner
+    # Those still connected at the end (two at most) are told to stop; every other one left.
+    assert learner["remote_actors_left"] >= learner["remote_actors_joined"] - 2, learner
     assert learner["mean_return"] >= 450, learner
     assert learner["episodes_received"] == learner["episodes_used"] + sum(learner["dropped"].values()), learner
     # Bounded: the second half of the run holds no more than the first half did, plus slack.
