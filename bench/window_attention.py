@@ -3,7 +3,7 @@ with attention by tiles (common/model/window_attention.h) against kvrl's whole-w
 and TorchRL's reference module, side by side, one thread each.
 
     python bench/window_attention.py --kvrl-bench build/bench/kvrl_bench_window_attention \
-        --out bench/results/window_attention.json
+        --out bench/results/window_attention.json --profile /tmp/window_attention_traces
 
 Packings (episodes of L steps take L + 1 tokens, the final observation's; first-fit
 longest first into rows of T tokens, as the learner packs them):
@@ -14,6 +14,8 @@ longest first into rows of T tokens, as the learner packs them):
 Rows are cut to the fullest one's tokens, as the learner cuts its minibatches.
 CartPole cells use the main config's model (hidden 64, 2 layers, 4 heads, T 512, 4 rows);
 RepeatPrevious its config's (hidden 32, 1 layer, 2 heads, T 64, 8 rows).
+"path": tiles, or causal where every row holds one context (window() then passes no mask
+and the fused causal kernel runs); "scored": the tiles' query-key pairs over B * T * T.
 Targets: kvrl by tiles >= 2x the reference where the mean episode is under T/4, and never
 slower than kvrl's whole-window call at one episode per row. Exit status 0 either way.
 """
@@ -28,6 +30,7 @@ import tempfile
 import time
 
 import torch
+import trace_top_ops
 from tensordict import TensorDict
 from torchrl.modules import TransformerModule, set_recurrent_mode
 
@@ -109,12 +112,13 @@ def reference_seconds(model, is_init, repeats):
     return statistics.median(seconds)
 
 
-def kvrl_seconds(binary, model, rows, repeats):
+def kvrl_seconds(binary, model, rows, repeats, trace_prefix=None):
     with tempfile.NamedTemporaryFile("w", suffix=".rows", delete=False) as f:
         f.write("\n".join(" ".join(map(str, row)) for row in rows) + "\n")
     try:
         command = [binary, f.name, str(repeats)] + [str(model[k]) for k in
                                                     ("hidden", "layers", "heads", "input", "max_seq_len")]
+        command += [trace_prefix] if trace_prefix else []
         out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} exited {out.returncode}: {out.stderr.strip()}")
@@ -137,10 +141,28 @@ def cell(args, name, seed):
     mean_episode = statistics.mean(episodes)
     return dict(packing=name, seed=seed, window=kvrl["width"], rows=len(rows), episodes=len(episodes),
                 mean_episode=mean_episode, episodes_per_row=len(episodes) / len(rows),
-                scored_fraction=kvrl["scored_fraction"], groups=kvrl["groups"],
+                path=kvrl["path"], scored_fraction=kvrl["scored_fraction"] if kvrl["path"] == "tiles" else None,
+                groups=kvrl["groups"] if kvrl["path"] == "tiles" else None,
                 tiled_ms=kvrl["tiled_s"] * 1e3, whole_ms=kvrl["whole_s"] * 1e3, reference_ms=reference * 1e3,
                 tiled_vs_reference=reference / kvrl["tiled_s"], tiled_vs_whole=kvrl["whole_s"] / kvrl["tiled_s"],
                 whole_vs_reference=reference / kvrl["whole_s"])
+
+
+def profile(args):
+    """Top ops by self time of one forward+backward on the first early-CartPole packing,
+    by tiles (after) and as one whole-window call (before)."""
+    prefix = os.path.join(args.profile, "cartpole_early")
+    os.makedirs(args.profile, exist_ok=True)
+    rows = pack(packing_lengths("cartpole early", 0), CARTPOLE_MODEL["max_seq_len"], CARTPOLE_MODEL["rows"])
+    kvrl_seconds(args.kvrl_bench, CARTPOLE_MODEL, rows, 1, prefix)
+    out = {}
+    for path in ("whole", "tiled"):
+        total, ranked = trace_top_ops.top_ops(f"{prefix}-{path}.trace", 10)
+        out[path] = dict(total_ms=total / 1e3, top=ranked)
+        print(f"profile, cartpole early, {path}: {total / 1e3:.2f} ms of ops")
+        for row in ranked:
+            print(f"  {row['op']:<58} {row['self_ms']:>7.2f} ms {100 * row['share']:>5.1f}% {row['calls']:>4} calls")
+    return out
 
 
 def verdicts(row):
@@ -152,14 +174,15 @@ def verdicts(row):
     return out
 
 
-HEADER = (f"{'packing':<16} {'seed':>4} {'mean ep':>8} {'ep/row':>7} {'scored':>7} {'tiled ms':>9} "
+HEADER = (f"{'packing':<16} {'seed':>4} {'mean ep':>8} {'ep/row':>7} {'path':>6} {'scored':>7} {'tiled ms':>9} "
           f"{'whole ms':>9} {'ref ms':>9} {'tiled/ref':>10} {'tiled/whole':>12}  target")
 
 
 def print_row(row):
     targets = ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in verdicts(row))
+    scored = f"{row['scored_fraction']:.3f}" if row["scored_fraction"] is not None else "-"
     print(f"{row['packing']:<16} {row['seed']:>4} {row['mean_episode']:>8.1f} {row['episodes_per_row']:>7.1f} "
-          f"{row['scored_fraction']:>7.3f} {row['tiled_ms']:>9.2f} {row['whole_ms']:>9.2f} {row['reference_ms']:>9.2f} "
+          f"{row['path']:>6} {scored:>7} {row['tiled_ms']:>9.2f} {row['whole_ms']:>9.2f} {row['reference_ms']:>9.2f} "
           f"{row['tiled_vs_reference']:>9.2f}x {row['tiled_vs_whole']:>11.2f}x  {targets}", flush=True)
 
 
@@ -169,6 +192,7 @@ def main():
     parser.add_argument("--out", default="bench/results/window_attention.json")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--profile", metavar="DIR", help="also write LibTorch profiler traces here and print top ops")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(HEADER)
@@ -180,10 +204,11 @@ def main():
             print_row(rows[-1])
     checks = [ok for row in rows for _, ok in verdicts(row)]
     print(f"targets: {sum(checks)} met, {len(checks) - sum(checks)} missed")
+    profiles = profile(args) if args.profile else None
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(dict(machine=platform.node(), processor=platform.processor(), torch=torch.__version__,
-                       threads=1, repeats=args.repeats, rows=rows), f, indent=2)
+                       threads=1, repeats=args.repeats, rows=rows, profile=profiles), f, indent=2)
     print(f"wrote {args.out}")
 
 

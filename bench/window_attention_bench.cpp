@@ -121,13 +121,17 @@ int main(int argc, char** argv) {
       whole_s.push_back(r % 2 == 0 ? b : a);
     }
     if (argc == 9) write_traces(argv[8], tiled, whole, obs, is_init);
+    // What TransformerModule::window takes: rows of one context each need no mask.
+    const bool causal = is_init.size(1) == 1 || !is_init.narrow(1, 1, is_init.size(1) - 1).any().item<bool>();
     const auto plan = kvrl::WindowAttention::plan(kvrl::segment_causal_mask_from_is_init(is_init),
                                                   kvrl::kWindowAttentionQueryTile);
     std::printf(
-        "{\"rows\": %lld, \"width\": %lld, \"tiled_s\": %.9g, \"whole_s\": %.9g, \"scored_fraction\": %.6f, "
+        "{\"rows\": %lld, \"width\": %lld, \"path\": \"%s\", \"tiled_s\": %.9g, \"whole_s\": %.9g, "
+        "\"scored_fraction\": %.6f, "
         "\"groups\": %zu}\n",
-        static_cast<long long>(is_init.size(0)), static_cast<long long>(is_init.size(1)), median(tiled_s),
-        median(whole_s), plan ? plan->scored_fraction() : 1.0, plan ? plan->group_count() : 0);
+        static_cast<long long>(is_init.size(0)), static_cast<long long>(is_init.size(1)),
+        causal ? "causal" : "tiles", median(tiled_s), median(whole_s), plan ? plan->scored_fraction() : 1.0,
+        plan ? plan->group_count() : 0);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kvrl_bench_window_attention: %s\n", error.what());
     return 1;

@@ -1,6 +1,6 @@
 // The actor's cached step on the device under test (tests/device_under_test.h) against
 // the CPU's and against the learner's window path, over episodes longer than one attention
-// chunk with restarts inside the window; and the key/value cache's memory against its
+// tile with restarts inside the window; and the key/value cache's memory against its
 // formula. On a GPU the cached step replays a CUDA graph (model.cuda_graphs) and is also
 // checked without one; in a rehearsal on the CPU the graph's static-shape step stands in.
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ using test_support::device_under_test;
 
 constexpr int64_t kObservationSize = 4;
 constexpr int64_t kStreams = 6;
-constexpr int64_t kSteps = 150;  // three 64-query chunks of the window's attention
+constexpr int64_t kSteps = 150;  // five 32-query tiles of the window's attention
 constexpr double kFloat32Tolerance = 1e-5;
 // bfloat16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3 per operation). In a
 // CPU rehearsal (2026-12-05) the largest differences were 8.6e-3 (values vs float32),
@@ -46,7 +46,7 @@ ActorCriticOptions parity_policy() {
 }
 
 // Episode starts: every stream at 0, and restarts inside the window at various steps,
-// some right after a chunk boundary (64, 128), one on the last step.
+// some right after a tile boundary (64, 128), one on the last step.
 at::Tensor episode_starts() {
   at::Tensor is_init = torch::zeros({kStreams, kSteps}, torch::kBool);
   is_init.select(1, 0).fill_(true);

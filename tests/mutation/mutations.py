@@ -177,6 +177,23 @@ MUTATIONS = [
         bug="window positions count from the row start instead of restarting at is_init",
         catchers=("common_test", "conformance"),
     ),
+    # --- Window attention by tiles (common/model/window_attention.cpp) --------------------
+    Mutation(
+        id="tile-range-one-key-short",
+        file="common/model/window_attention.cpp",
+        find="rounded_span(ranges[batch * tiles + tile] - begin + 1, query_tile, t)",
+        replace="rounded_span(ranges[batch * tiles + tile] - begin, query_tile, t)",
+        bug="a tile's key range ends one key early: where rounding does not cover it, its last query loses itself",
+        catchers=("common_test",),
+    ),
+    Mutation(
+        id="tile-outputs-in-group-order",
+        file="common/model/window_attention.cpp",
+        find="      .index_select(0, tile_order_)\n",
+        replace="",
+        bug="the tiles' outputs are put back in the order of their groups, not of the window",
+        catchers=("common_test",),
+    ),
     # --- The cached step (common/model/transformer_module.cpp, transformer_block.cpp) -----
     Mutation(
         id="step-skips-is-init-restart",
