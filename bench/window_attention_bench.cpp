@@ -1,13 +1,13 @@
-// Times the learner's window forward+backward on one packing, with attention by tiles
-// (common/model/window_attention.h) and as one whole-window call, and prints one JSON
-// object. bench/window_attention.py runs it beside TorchRL's reference on packings drawn
+// Times the learner's window forward+backward on one packing, with attention that follows
+// the episodes (common/model/window_attention.h) and as one whole-window call, and prints
+// one JSON object. bench/window_attention.py runs it beside TorchRL's reference on packings drawn
 // as in training and makes the table.
 //
 //   kvrl_bench_window_attention ROWS_FILE REPEATS HIDDEN LAYERS HEADS INPUT MAX_SEQ_LEN [TRACE_PREFIX]
 // ROWS_FILE: one line per window row, the token counts of the episodes packed in it
 // (each starts a context); rows shorter than the fullest end in padding. With
 // TRACE_PREFIX, one more forward+backward of each runs under LibTorch's profiler and its
-// ops go to TRACE_PREFIX-tiled.trace and TRACE_PREFIX-whole.trace (chrome://tracing format).
+// ops go to TRACE_PREFIX-kvrl.trace and TRACE_PREFIX-whole.trace (chrome://tracing format).
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
@@ -82,7 +82,7 @@ double seconds_of(kvrl::TransformerModule& module, const at::Tensor& obs, const 
 void write_traces(const std::string& prefix, kvrl::TransformerModule& tiled, kvrl::TransformerModule& whole,
                   const at::Tensor& obs, const at::Tensor& is_init) {
   {
-    const torch::autograd::profiler::RecordProfile profile(prefix + "-tiled.trace");
+    const torch::autograd::profiler::RecordProfile profile(prefix + "-kvrl.trace");
     seconds_of(tiled, obs, is_init);
   }
   const torch::autograd::profiler::RecordProfile profile(prefix + "-whole.trace");
@@ -121,17 +121,15 @@ int main(int argc, char** argv) {
       whole_s.push_back(r % 2 == 0 ? b : a);
     }
     if (argc == 9) write_traces(argv[8], tiled, whole, obs, is_init);
-    // What TransformerModule::window takes: rows of one context each need no mask.
-    const bool causal = is_init.size(1) == 1 || !is_init.narrow(1, 1, is_init.size(1) - 1).any().item<bool>();
-    const auto plan = kvrl::WindowAttention::plan(kvrl::segment_causal_mask_from_is_init(is_init),
-                                                  kvrl::kWindowAttentionQueryTile);
+    // What TransformerModule::window takes: context by context, or plain causal where every
+    // row is one context (the bench's models have no sliding window).
+    const kvrl::SegmentAttention contexts(is_init);
     std::printf(
-        "{\"rows\": %lld, \"width\": %lld, \"path\": \"%s\", \"tiled_s\": %.9g, \"whole_s\": %.9g, "
-        "\"scored_fraction\": %.6f, "
-        "\"groups\": %zu}\n",
+        "{\"rows\": %lld, \"width\": %lld, \"path\": \"%s\", \"kvrl_s\": %.9g, \"whole_s\": %.9g, "
+        "\"scored_fraction\": %.6f, \"groups\": %zu}\n",
         static_cast<long long>(is_init.size(0)), static_cast<long long>(is_init.size(1)),
-        causal ? "causal" : "tiles", median(tiled_s), median(whole_s), plan ? plan->scored_fraction() : 1.0,
-        plan ? plan->group_count() : 0);
+        contexts.one_context_per_row() ? "causal" : "contexts", median(tiled_s), median(whole_s),
+        contexts.scored_fraction(), contexts.group_count());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kvrl_bench_window_attention: %s\n", error.what());
     return 1;

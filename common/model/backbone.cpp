@@ -4,9 +4,15 @@
 #include <ATen/ops/ones.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "common/model/episode_masks.h"
 #include "common/support/errors.h"
 
 namespace kvrl {
+
+BackboneOutput Backbone::forward_packed(const at::Tensor& features, const at::Tensor& positions,
+                                        const at::Tensor& is_init) {
+  return forward(features, positions, segment_causal_mask_from_is_init(is_init, attention_window()), nullptr);
+}
 
 void Backbone::prefill_kv_cache(const at::Tensor& features, const at::Tensor& lengths, KvCache& kv_cache) {
   torch::NoGradGuard no_grad;

@@ -39,6 +39,12 @@ class Backbone : public torch::nn::Module {
                                  const std::optional<at::Tensor>& mask,
                                  std::shared_ptr<KvCache> kv_cache) = 0;
 
+  // The window path over rows packed with contexts that start where is_init [B, T] (bool)
+  // is true, and at column 0: forward() under segment_causal_mask_from_is_init(is_init,
+  // attention_window()), which the default builds; a backbone may attend without the mask.
+  virtual BackboneOutput forward_packed(const at::Tensor& features, const at::Tensor& positions,
+                                        const at::Tensor& is_init);
+
   // An empty cache for `batch_size` streams. device defaults to the parameters' device;
   // dtype is the autocast dtype (or nullopt for the weights' dtype) and may be ignored.
   virtual std::shared_ptr<KvCache> new_kv_cache(int64_t batch_size, std::optional<c10::Device> device,

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/model/episode_masks.h"
 #include "common/model/rotary_embedding.h"
 #include "common/model/window_attention.h"
 #include "common/support/errors.h"
@@ -89,9 +90,7 @@ int64_t CausalTransformer::check_positions(const at::Tensor& positions) const {
   return max_position;
 }
 
-BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::Tensor& positions,
-                                          const std::optional<at::Tensor>& mask,
-                                          std::shared_ptr<KvCache> kv_cache) {
+void CausalTransformer::check_inputs(const at::Tensor& features, const at::Tensor& positions) const {
   if (features.dim() != 3 || features.size(-1) != options_.input_size) {
     throw InvalidArgumentError(
         "features must have shape [B, T, input_size=" + std::to_string(options_.input_size) + "], got " +
@@ -102,28 +101,31 @@ BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::
         "positions must have shape [B, T] = " + c10::str(features.sizes().slice(0, 2)) + ", got " +
         c10::str(positions.sizes()) + ".");
   }
+}
+
+BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::Tensor& positions,
+                                          const std::optional<at::Tensor>& mask,
+                                          std::shared_ptr<KvCache> kv_cache) {
+  check_inputs(features, positions);
   const int64_t max_position = check_positions(positions);
   at::Tensor h = embed(features, positions);
   if (!kv_cache) {
     const int64_t t = features.size(1);
-    const std::optional<RotaryAngles> rotary = rotary_angles_of(positions, h.scalar_type());
     // Without a mask and a sliding window, plain causal attention: the fused causal kernel,
     // which materialises no [T, T] mask and skips the upper triangle.
     const bool plain_causal = !mask && options_.attention_window == 0 && options_.tiled_attention;
     const at::Tensor window_mask =
         mask ? *mask
              : (plain_causal ? at::Tensor() : causal_window_mask(features.size(0), t, features.options()));
-    const at::Tensor attn_mask = window_mask.defined() ? window_mask.unsqueeze(-3) : at::Tensor();
     // Planned once for all layers: they share the mask.
     const std::optional<WindowAttention> tiled =
         options_.tiled_attention && window_mask.defined() && window_mask.scalar_type() == at::kBool &&
                 window_mask.dim() == 3 && t > kWindowAttentionQueryTile
             ? WindowAttention::plan(window_mask, kWindowAttentionQueryTile)
             : std::nullopt;
-    for (auto& block : block_list_) {
-      h = block->forward(h, attn_mask, tiled ? &*tiled : nullptr, rotary ? &*rotary : nullptr);
-    }
-    return {norm_->forward(h), nullptr};
+    return window_blocks(std::move(h), positions,
+                         window_mask.defined() ? window_mask.unsqueeze(-3) : at::Tensor(),
+                         tiled ? &*tiled : nullptr);
   }
   if (features.size(1) != 1) {
     throw InvalidArgumentError(
@@ -134,6 +136,33 @@ BackboneOutput CausalTransformer::forward(const at::Tensor& features, const at::
   BackboneOutput out = forward_cached_step(std::move(h), positions.squeeze(-1), max_position, cache);
   out.kv_cache = std::move(kv_cache);
   return out;
+}
+
+BackboneOutput CausalTransformer::forward_packed(const at::Tensor& features, const at::Tensor& positions,
+                                                 const at::Tensor& is_init) {
+  // A sliding window's band goes through the mask and its tiles.
+  if (!options_.tiled_attention || options_.attention_window > 0) {
+    return forward(features, positions, segment_causal_mask_from_is_init(is_init, options_.attention_window),
+                   nullptr);
+  }
+  check_inputs(features, positions);
+  if (is_init.sizes() != positions.sizes()) {
+    throw InvalidArgumentError("is_init must have shape [B, T] = " + c10::str(positions.sizes()) + ", got " +
+                               c10::str(is_init.sizes()) + ".");
+  }
+  check_positions(positions);
+  const SegmentAttention contexts(is_init);
+  // Rows of one context each: plain causal attention, no gathering.
+  return window_blocks(embed(features, positions), positions, at::Tensor(),
+                       contexts.one_context_per_row() ? nullptr : &contexts);
+}
+
+BackboneOutput CausalTransformer::window_blocks(at::Tensor h, const at::Tensor& positions,
+                                                const at::Tensor& attn_mask,
+                                                const PlannedAttention* planned) {
+  const std::optional<RotaryAngles> rotary = rotary_angles_of(positions, h.scalar_type());
+  for (auto& block : block_list_) h = block->forward(h, attn_mask, planned, rotary ? &*rotary : nullptr);
+  return {norm_->forward(h), nullptr};
 }
 
 CausalTransformerKvCache& CausalTransformer::cache_of(KvCache* kv_cache, int64_t batch_size) const {
@@ -174,7 +203,7 @@ void CausalTransformer::prefill_kv_cache(const at::Tensor& features, const at::T
     at::Tensor layer_keys = cache.keys.select(1, layer);
     at::Tensor layer_values = cache.values.select(1, layer);
     WindowKeysValues window;
-    h = block_list_[layer]->forward(h, attn_mask, /*tiled=*/nullptr, rotary ? &*rotary : nullptr, &window);
+    h = block_list_[layer]->forward(h, attn_mask, /*planned=*/nullptr, rotary ? &*rotary : nullptr, &window);
     store_prefill(window, host_lengths, layer_keys, layer_values);
   }
   cache.high_water = std::max(cache.high_water, std::min(t, options_.cache_slots()));

@@ -22,6 +22,7 @@
 namespace kvrl {
 
 struct RotaryAngles;
+class PlannedAttention;
 
 struct CausalTransformerOptions {
   int64_t input_size = 0;                  // number of input features
@@ -35,10 +36,11 @@ struct CausalTransformerOptions {
   // 0: attend to the whole context (at most max_seq_len steps); W in [1, max_seq_len]:
   // attend to the last W steps only, with unbounded positions (rotary positions only).
   int64_t attention_window = 0;
-  // A bool window mask is attended tile by tile over the key ranges it allows
-  // (common/model/window_attention.h), and a window without a mask (and without a sliding
-  // window) through the fused causal kernel. false: one whole-window masked call, as the
-  // reference does (for benchmarks, and as the oracle of the faster paths).
+  // Window attention that follows the episodes (common/model/window_attention.h): packed
+  // windows (forward_packed) context by context through the fused causal kernel, or tile by
+  // tile under a sliding window; a bool mask given to forward() tile by tile; no mask, plain
+  // causal. false: one whole-window masked call, as the reference does (for benchmarks, and
+  // as the oracle of the faster paths).
   bool tiled_attention = true;
 
   // Throws InvalidArgumentError naming the first bad field.
@@ -67,6 +69,9 @@ class CausalTransformer : public Backbone {
   using Backbone::forward;
   BackboneOutput forward(const at::Tensor& features, const at::Tensor& positions,
                          const std::optional<at::Tensor>& mask, std::shared_ptr<KvCache> kv_cache) override;
+  // Context by context through the fused causal kernel (SegmentAttention), no mask built.
+  BackboneOutput forward_packed(const at::Tensor& features, const at::Tensor& positions,
+                                const at::Tensor& is_init) override;
   std::shared_ptr<KvCache> new_kv_cache(int64_t batch_size, std::optional<c10::Device> device,
                                         std::optional<c10::ScalarType> dtype) override;
   std::shared_ptr<KvCache> reset_kv_cache(std::shared_ptr<KvCache> kv_cache, const at::Tensor& mask) override;
@@ -94,6 +99,10 @@ class CausalTransformer : public Backbone {
   // Returns the largest position; throws SequenceTooLongError at or beyond max_seq_len
   // unless the window slides.
   int64_t check_positions(const at::Tensor& positions) const;
+  void check_inputs(const at::Tensor& features, const at::Tensor& positions) const;
+  // The blocks and the final norm over an embedded window.
+  BackboneOutput window_blocks(at::Tensor h, const at::Tensor& positions, const at::Tensor& attn_mask,
+                               const PlannedAttention* planned);
   // The input projection, plus the learned position rows where positions are learned.
   at::Tensor embed(const at::Tensor& features, const at::Tensor& positions);
   std::optional<RotaryAngles> rotary_angles_of(const at::Tensor& positions, c10::ScalarType dtype) const;

@@ -28,7 +28,7 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t hidden_size, int64_t num_head
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& attn_mask,
-                                         const WindowAttention* tiled, const RotaryAngles* rotary,
+                                         const PlannedAttention* planned, const RotaryAngles* rotary,
                                          WindowKeysValues* captured) {
   const int64_t batch = h.size(0);
   const int64_t t = h.size(1);
@@ -38,7 +38,7 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& h, const at::Tensor& 
   const at::Tensor keys = rotary ? apply_rotary(heads(qkv[1]), *rotary) : heads(qkv[1]);
   const at::Tensor values = heads(qkv[2]);
   if (captured != nullptr) *captured = {keys.detach(), values.detach()};
-  if (tiled != nullptr) return attend(h, (*tiled)(queries, keys, values));
+  if (planned != nullptr) return attend(h, (*planned)(queries, keys, values));
   // An undefined mask means plain causal attention, which lets SDPA pick its fused
   // causal kernel instead of materialising a [B, heads, T, T] mask.
   if (!attn_mask.defined()) {

@@ -15,7 +15,7 @@
 namespace kvrl {
 
 struct RotaryAngles;
-class WindowAttention;
+class PlannedAttention;
 
 // A window's keys and values as a block computed them (keys rotated where positions are
 // rotary), [B, heads, T, head_dim], for a cache prefill to store.
@@ -29,12 +29,13 @@ class TransformerBlockImpl : public torch::nn::Module {
   TransformerBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t dim_feedforward, double dropout);
 
   // Window path: h [B, T, hidden], attn_mask broadcastable to [B, heads, T, T], or
-  // undefined for plain causal attention. With `tiled` (planned from the same mask) the
-  // window attends tile by tile over the key ranges the mask allows. `rotary`: the window's
-  // position angles when positions are rotary, else null. With `captured` it also hands out
-  // the window's keys and values (cache prefill).
-  at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask, const WindowAttention* tiled = nullptr,
-                     const RotaryAngles* rotary = nullptr, WindowKeysValues* captured = nullptr);
+  // undefined for plain causal attention. With `planned` (common/model/window_attention.h,
+  // for the same window) the window attends as planned instead, the mask unused. `rotary`:
+  // the window's position angles when positions are rotary, else null. With `captured` it
+  // also hands out the window's keys and values (cache prefill).
+  at::Tensor forward(const at::Tensor& h, const at::Tensor& attn_mask,
+                     const PlannedAttention* planned = nullptr, const RotaryAngles* rotary = nullptr,
+                     WindowKeysValues* captured = nullptr);
 
   // Cached-step path for S streams: writes this step's keys and values into
   // layer_keys/layer_values ([cache streams, heads, cache slots, head_dim]) at (rows, slots),

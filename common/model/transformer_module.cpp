@@ -371,14 +371,7 @@ at::Tensor TransformerModule::window(const at::Tensor& value, const at::Tensor& 
         "episode in the window.");
   }
   const at::Tensor positions = positions_from_is_init(window_init);
-  // Rows that each hold one context are plain causal attention, which needs no mask.
-  const bool one_context_per_row = options_.tiled_attention && backbone_->attention_window() == 0 && t > 1 &&
-                                   !window_init.narrow(-1, 1, t - 1).any().item<bool>();
-  const std::optional<at::Tensor> mask =
-      one_context_per_row
-          ? std::nullopt
-          : std::optional(segment_causal_mask_from_is_init(window_init, backbone_->attention_window()));
-  at::Tensor out = backbone_->forward(features, positions, mask, nullptr).out;
+  at::Tensor out = backbone_->forward_packed(features, positions, window_init).out;
 
   std::vector<int64_t> out_shape(batch.begin(), batch.end());
   out_shape.push_back(out.size(-1));

@@ -33,10 +33,8 @@ struct TransformerModuleOptions {
   std::optional<int64_t> dim_feedforward;                   // per-block MLP width; default 4 * hidden_size
   double dropout = 0.0;                                     // dropout probability in the block MLPs
   PositionEncoding positions = PositionEncoding::kLearned;  // learned table or rotary
-  int64_t attention_window = 0;  // 0: whole context; W: the last W steps (rotary only)
-  // CausalTransformerOptions::tiled_attention; also: window() passes no mask for rows that
-  // each hold one context (plain causal attention).
-  bool tiled_attention = true;
+  int64_t attention_window = 0;         // 0: whole context; W: the last W steps (rotary only)
+  bool tiled_attention = true;          // CausalTransformerOptions::tiled_attention
   bool default_recurrent_mode = false;  // path of forward() outside a RecurrentModeGuard
   bool validate_windows = true;         // window() checks every row starts with is_init
   // On a CUDA device, step() replays its static-shape step from a CUDA graph captured once

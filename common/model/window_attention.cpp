@@ -137,3 +137,115 @@ double WindowAttention::scored_fraction() const {
 }
 
 }  // namespace kvrl
+
+namespace kvrl {
+namespace {
+
+// Contexts of a row are at most a few hundred tokens apart in length; rounding their lengths
+// to multiples of this (then as rounded_span does) keeps the groups few and the padding small.
+constexpr int64_t kContextLengthStep = 16;
+
+struct Context {
+  int64_t first_token = 0;  // row * T + column
+  int64_t length = 0;
+};
+
+// The contexts of every row, keyed by their rounded length; empty when every row is one
+// context of T tokens.
+std::map<int64_t, std::vector<Context>> contexts_by_length(const at::Tensor& is_init) {
+  const int64_t batch = is_init.size(0);
+  const int64_t t = is_init.size(1);
+  const at::Tensor host = is_init.to(at::kCPU).contiguous();
+  const bool* starts = host.const_data_ptr<bool>();
+  std::map<int64_t, std::vector<Context>> by_length;
+  bool whole_rows = true;
+  for (int64_t row = 0; row < batch; ++row) {
+    int64_t start = 0;
+    for (int64_t column = 1; column <= t; ++column) {
+      if (column < t && !starts[row * t + column]) continue;
+      const int64_t length = column - start;
+      whole_rows = whole_rows && length == t;
+      const int64_t rounded = length == 1 ? 1 : WindowAttention::rounded_span(length, kContextLengthStep, t);
+      by_length[rounded].push_back({row * t + start, length});
+      start = column;
+    }
+  }
+  if (whole_rows) by_length.clear();
+  return by_length;
+}
+
+}  // namespace
+
+SegmentAttention::SegmentAttention(const at::Tensor& is_init) {
+  if (is_init.dim() != 2 || is_init.scalar_type() != at::kBool || is_init.size(1) == 0) {
+    throw InvalidArgumentError("SegmentAttention expects a bool is_init [B, T] with T > 0, got " +
+                               c10::str(is_init.scalar_type(), is_init.sizes()) + ".");
+  }
+  batch_ = is_init.size(0);
+  window_ = is_init.size(1);
+  const auto by_length = contexts_by_length(is_init);
+  if (by_length.empty()) return;
+  std::vector<int64_t> output(static_cast<size_t>(batch_ * window_));
+  int64_t offset = 0;
+  const auto on_device = at::TensorOptions(at::kLong);
+  for (const auto& [length, contexts] : by_length) {
+    std::vector<int64_t> tokens;
+    tokens.reserve(contexts.size() * static_cast<size_t>(length));
+    for (const Context& context : contexts) {
+      for (int64_t j = 0; j < length; ++j)
+        tokens.push_back(context.first_token + std::min(j, context.length - 1));
+      for (int64_t j = 0; j < context.length; ++j)
+        output[static_cast<size_t>(context.first_token + j)] = offset + j;
+      offset += length;
+    }
+    groups_.push_back(
+        {at::tensor(tokens, on_device).to(is_init.device()), static_cast<int64_t>(contexts.size()), length});
+  }
+  output_index_ = at::tensor(output, on_device).to(is_init.device());
+}
+
+at::Tensor SegmentAttention::operator()(const at::Tensor& queries, const at::Tensor& keys,
+                                        const at::Tensor& values) const {
+  if (groups_.empty()) {
+    return at::scaled_dot_product_attention(queries, keys, values, std::nullopt, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true);
+  }
+  const int64_t heads = queries.size(1);
+  const int64_t head_dim = queries.size(3);
+  auto by_token = [&](const at::Tensor& x) {
+    return x.transpose(1, 2).reshape({batch_ * window_, heads, head_dim});
+  };
+  const at::Tensor query_tokens = by_token(queries);
+  const at::Tensor key_tokens = by_token(keys);
+  const at::Tensor value_tokens = by_token(values);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(groups_.size());
+  for (const LengthGroup& group : groups_) {
+    auto contexts = [&](const at::Tensor& tokens) {
+      return tokens.index_select(0, group.token_index)
+          .view({group.contexts, group.length, heads, head_dim})
+          .transpose(1, 2);
+    };
+    outputs.push_back(at::scaled_dot_product_attention(contexts(query_tokens), contexts(key_tokens),
+                                                       contexts(value_tokens), std::nullopt,
+                                                       /*dropout_p=*/0.0,
+                                                       /*is_causal=*/true)
+                          .transpose(1, 2)
+                          .reshape({group.contexts * group.length, heads, head_dim}));
+  }
+  return at::cat(outputs)
+      .index_select(0, output_index_)
+      .view({batch_, window_, heads, head_dim})
+      .transpose(1, 2);
+}
+
+double SegmentAttention::scored_fraction() const {
+  if (groups_.empty()) return static_cast<double>(window_ + 1) / (2.0 * static_cast<double>(window_));
+  double scored = 0;
+  for (const LengthGroup& group : groups_) {
+    scored += static_cast<double>(group.contexts * group.length * (group.length + 1)) / 2.0;
+  }
+  return scored / static_cast<double>(batch_ * window_ * window_);
+}
+
+}  // namespace kvrl

@@ -19,7 +19,16 @@ namespace kvrl {
 // bench/window_attention.py (docs/benchmarks.md).
 inline constexpr int64_t kWindowAttentionQueryTile = 32;
 
-class WindowAttention {
+// How the queries of a [B, T] window attend, planned once for all layers.
+class PlannedAttention {
+ public:
+  virtual ~PlannedAttention() = default;
+  // queries, keys, values [B, heads, T, head_dim] -> attention [B, heads, T, head_dim].
+  virtual at::Tensor operator()(const at::Tensor& queries, const at::Tensor& keys,
+                                const at::Tensor& values) const = 0;
+};
+
+class WindowAttention final : public PlannedAttention {
  public:
   // The plan for a bool window mask [B, T, T] (true = attend) and tiles of `query_tile`
   // queries; nullopt when some query may attend to no key at all (what a kernel returns for
@@ -27,8 +36,8 @@ class WindowAttention {
   // copy of two [B, tiles] reductions.
   static std::optional<WindowAttention> plan(const at::Tensor& mask, int64_t query_tile);
 
-  // queries, keys, values [B, heads, T, head_dim] -> attention [B, heads, T, head_dim].
-  at::Tensor operator()(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values) const;
+  at::Tensor operator()(const at::Tensor& queries, const at::Tensor& keys,
+                        const at::Tensor& values) const override;
 
   // Query-key pairs scored, over the B * T * T of a whole-window call.
   double scored_fraction() const;
@@ -65,6 +74,42 @@ class WindowAttention {
   std::vector<TileGroup> groups_;
   at::Tensor
       tile_order_;  // [B * tiles_per_row] long: where each tile's output sits in the groups' concatenation
+};
+
+// Rows packed with contexts that start where is_init is true (and at column 0), attended
+// context by context without a mask: each context is gathered into a row of its own,
+// contexts of about the same length are batched (lengths rounded up as rounded_span does,
+// the padding after each context's last token, which causal attention keeps from every
+// real token), and each batch runs the fused causal kernel. A row of many short episodes
+// costs the sum of their own causal triangles. Exact: the same as the block-diagonal causal
+// mask of segment_causal_mask_from_is_init.
+class SegmentAttention final : public PlannedAttention {
+ public:
+  // is_init [B, T] bool. One host copy of it.
+  explicit SegmentAttention(const at::Tensor& is_init);
+
+  at::Tensor operator()(const at::Tensor& queries, const at::Tensor& keys,
+                        const at::Tensor& values) const override;
+
+  // Every row is one context of T tokens: plain causal attention, no gathering needed.
+  bool one_context_per_row() const { return groups_.empty(); }
+  // Query-key pairs the causal kernel covers (L(L+1)/2 per context of rounded length L),
+  // over the B * T * T of a whole-window call.
+  double scored_fraction() const;
+  size_t group_count() const { return groups_.size(); }
+
+ private:
+  // Contexts gathered into rows of the same (rounded) length.
+  struct LengthGroup {
+    at::Tensor token_index;  // [contexts * length] long: row * T + token, the last token repeated as padding
+    int64_t contexts = 0;
+    int64_t length = 0;
+  };
+
+  int64_t batch_ = 0;
+  int64_t window_ = 0;
+  std::vector<LengthGroup> groups_;
+  at::Tensor output_index_;  // [B * T] long: each token's output in the groups' concatenation
 };
 
 }  // namespace kvrl

@@ -158,16 +158,22 @@ TEST(WindowAttention, BlockWithTilesMatchesTheWholeWindowBlockForwardAndBackward
   EXPECT_TRUE(torch::allclose(tiles_grad, whole_grad, 1e-5, 1e-5));
 }
 
+// Two layers over windows of 300; a sliding window (rotary positions) when window > 0.
+CausalTransformerOptions small_transformer(int64_t window) {
+  CausalTransformerOptions options;
+  options.input_size = 5;
+  options.hidden_size = 32;
+  options.num_layers = 2;
+  options.num_heads = 4;
+  options.max_seq_len = 300;
+  options.attention_window = window;
+  options.positions = window > 0 ? PositionEncoding::kRotary : PositionEncoding::kLearned;
+  return options;
+}
+
 TEST(WindowAttention, TransformerWithTilesMatchesTheWholeWindowTransformer) {
   for (const int64_t window : {0, 40}) {
-    CausalTransformerOptions options;
-    options.input_size = 5;
-    options.hidden_size = 32;
-    options.num_layers = 2;
-    options.num_heads = 4;
-    options.max_seq_len = 300;
-    options.attention_window = window;
-    options.positions = window > 0 ? PositionEncoding::kRotary : PositionEncoding::kLearned;
+    CausalTransformerOptions options = small_transformer(window);
     torch::manual_seed(8);
     CausalTransformer tiled(options);
     options.tiled_attention = false;
@@ -229,6 +235,72 @@ TEST(WindowAttention, OneContextPerRowTakesTheCausalKernelAndMatchesTheMaskedWin
   EXPECT_TRUE(torch::allclose(fast_two, whole_two, 1e-5, 1e-5));
   EXPECT_TRUE(torch::allclose(fast_two_grad, whole_two_grad, 1e-5, 1e-5));
   EXPECT_FALSE(torch::allclose(fast_two, fast_out, 1e-3, 1e-3));
+}
+
+AttentionResult attend_by_contexts(const at::Tensor& is_init, uint64_t seed) {
+  torch::manual_seed(seed);
+  const int64_t b = is_init.size(0);
+  const int64_t t = is_init.size(1);
+  at::Tensor q = torch::randn({b, 4, t, 16}).requires_grad_(true);
+  at::Tensor k = torch::randn({b, 4, t, 16}).requires_grad_(true);
+  at::Tensor v = torch::randn({b, 4, t, 16}).requires_grad_(true);
+  const at::Tensor out = SegmentAttention(is_init)(q, k, v);
+  (out * torch::linspace(-1, 1, t).view({1, 1, t, 1})).pow(2).sum().backward();
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+TEST(SegmentAttention, EqualsTheWholeWindowContextByContext) {
+  at::Tensor is_init = packed_is_init(4, 203, 1, 40, 9);
+  is_init[1].zero_();     // one context over the whole row
+  is_init[2][0] = false;  // column 0 starts a context whatever is_init says, as the mask does
+  const AttentionResult whole = attend(segment_causal_mask_from_is_init(is_init), std::nullopt, 13);
+  const AttentionResult contexts = attend_by_contexts(is_init, 13);
+  EXPECT_TRUE(torch::allclose(contexts.output, whole.output, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(contexts.query_grad, whole.query_grad, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(contexts.key_grad, whole.key_grad, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(contexts.value_grad, whole.value_grad, 1e-5, 1e-5));
+}
+
+TEST(SegmentAttention, ScoresTheContextsTrianglesAndKnowsWholeRows) {
+  const at::Tensor short_init = packed_is_init(4, 512, 10, 30, 3);
+  const SegmentAttention short_contexts(short_init);
+  EXPECT_FALSE(short_contexts.one_context_per_row());
+  EXPECT_LT(short_contexts.scored_fraction(), 0.05);
+  at::Tensor one = torch::zeros({3, 64}, torch::kBool);
+  one.select(1, 0).fill_(true);
+  EXPECT_TRUE(SegmentAttention(one).one_context_per_row());
+  one[2][63] = true;
+  EXPECT_FALSE(SegmentAttention(one).one_context_per_row());
+  EXPECT_THROW(SegmentAttention(torch::ones({2, 4})), InvalidArgumentError);
+  EXPECT_THROW(SegmentAttention(torch::ones({4}, torch::kBool)), InvalidArgumentError);
+  EXPECT_THROW(SegmentAttention(torch::ones({2, 0}, torch::kBool)), InvalidArgumentError);
+}
+
+TEST(SegmentAttention, PackedWindowsOfTheTransformerMatchTheMaskedWindow) {
+  for (const int64_t window : {0, 40}) {
+    const CausalTransformerOptions options = small_transformer(window);
+    torch::manual_seed(8);
+    CausalTransformer packed(options);
+    const at::Tensor is_init = packed_is_init(3, 300, 1, 150, 10);
+    const at::Tensor features = torch::randn({3, 300, 5});
+    const at::Tensor positions = positions_from_is_init(is_init);
+    auto run = [&](bool by_contexts) {
+      torch::AutoGradMode grad(true);
+      packed.zero_grad();
+      const at::Tensor out =
+          by_contexts
+              ? packed.forward_packed(features, positions, is_init).out
+              : packed
+                    .forward(features, positions, segment_causal_mask_from_is_init(is_init, window), nullptr)
+                    .out;
+      out.pow(2).sum().backward();
+      return std::make_pair(out.detach(), packed.named_parameters()["blocks.0.qkv.weight"].grad().clone());
+    };
+    const auto [packed_out, packed_grad] = run(true);
+    const auto [masked_out, masked_grad] = run(false);
+    EXPECT_TRUE(torch::allclose(packed_out, masked_out, 1e-5, 1e-5)) << "window " << window;
+    EXPECT_TRUE(torch::allclose(packed_grad, masked_grad, 1e-5, 1e-5)) << "window " << window;
+  }
 }
 
 }  // namespace

@@ -194,6 +194,14 @@ MUTATIONS = [
         bug="the tiles' outputs are put back in the order of their groups, not of the window",
         catchers=("common_test",),
     ),
+    Mutation(
+        id="contexts-attend-ahead",
+        file="common/model/window_attention.cpp",
+        find="/*is_causal=*/true)\n                          .transpose(1, 2)",
+        replace="/*is_causal=*/false)\n                          .transpose(1, 2)",
+        bug="contexts gathered into their own rows attend without the causal mask: to later steps and padding",
+        catchers=("common_test",),
+    ),
     # --- The cached step (common/model/transformer_module.cpp, transformer_block.cpp) -----
     Mutation(
         id="step-skips-is-init-restart",
