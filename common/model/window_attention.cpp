@@ -26,6 +26,11 @@ void check_plan_arguments(const at::Tensor& mask, int64_t query_tile) {
   }
 }
 
+// [B, heads, T, head_dim] -> [B * T, heads, head_dim]: a token's heads are one row to select.
+at::Tensor token_major(const at::Tensor& x) {
+  return x.transpose(1, 2).reshape({x.size(0) * x.size(2), x.size(1), x.size(3)});
+}
+
 // [B, tiles, T] bool: whether any query of the tile may attend to each key.
 at::Tensor allowed_keys_per_tile(const at::Tensor& mask, int64_t query_tile, int64_t tiles) {
   const int64_t pad = tiles * query_tile - mask.size(1);
@@ -109,8 +114,8 @@ at::Tensor WindowAttention::operator()(const at::Tensor& queries, const at::Tens
   const at::Tensor query_tiles =
       at::constant_pad_nd(queries.transpose(1, 2), {0, 0, 0, 0, 0, tiles * tile_ - window_})
           .reshape({batch_ * tiles, tile_, heads, head_dim});
-  const at::Tensor key_tokens = keys.transpose(1, 2).reshape({batch_ * window_, heads, head_dim});
-  const at::Tensor value_tokens = values.transpose(1, 2).reshape({batch_ * window_, heads, head_dim});
+  const at::Tensor key_tokens = token_major(keys);
+  const at::Tensor value_tokens = token_major(values);
   std::vector<at::Tensor> outputs;
   outputs.reserve(groups_.size());
   for (const TileGroup& group : groups_) {
@@ -136,9 +141,6 @@ double WindowAttention::scored_fraction() const {
   return static_cast<double>(scored) / static_cast<double>(batch_ * window_ * window_);
 }
 
-}  // namespace kvrl
-
-namespace kvrl {
 namespace {
 
 // Context lengths are rounded up to multiples of this (then as rounded_span does), which keeps
@@ -213,12 +215,9 @@ at::Tensor SegmentAttention::operator()(const at::Tensor& queries, const at::Ten
   }
   const int64_t heads = queries.size(1);
   const int64_t head_dim = queries.size(3);
-  auto by_token = [&](const at::Tensor& x) {
-    return x.transpose(1, 2).reshape({batch_ * window_, heads, head_dim});
-  };
-  const at::Tensor query_tokens = by_token(queries);
-  const at::Tensor key_tokens = by_token(keys);
-  const at::Tensor value_tokens = by_token(values);
+  const at::Tensor query_tokens = token_major(queries);
+  const at::Tensor key_tokens = token_major(keys);
+  const at::Tensor value_tokens = token_major(values);
   std::vector<at::Tensor> outputs;
   outputs.reserve(groups_.size());
   for (const LengthGroup& group : groups_) {

@@ -1,9 +1,8 @@
-// Attention over a masked window that computes only what the mask allows. The queries of
-// each row are cut into tiles; a tile attends over the smallest key range that holds every
-// key its queries may see, and tiles whose ranges have the same (rounded-up) length run as
-// one batched call. A row packed with many short episodes then costs the sum of their own
-// triangles instead of T² (a sliding window: its band), and a row holding one episode the
-// causal half. Exact: the keys a tile leaves out are masked for every query in it.
+// Window attention that computes only what the episodes need, in place of one call over
+// the whole [B, T, T] mask. SegmentAttention, for packed windows (is_init): each context in
+// a row of its own, the fused causal kernel, no mask. WindowAttention, for any bool mask (a
+// sliding window's band): query tiles, each over the smallest key range its queries may see.
+// Both are exact.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,9 +13,10 @@
 
 namespace kvrl {
 
-// Queries per tile in CausalTransformer's window path: the smaller, the closer each tile's
-// key range follows its episodes; the larger, the fewer rows each call gathers. Chosen with
-// bench/window_attention.py (docs/benchmarks.md).
+// Queries per tile where CausalTransformer's window path takes tiles: the smaller, the closer
+// each tile's key range follows its episodes; the larger, the fewer calls. 32 beat 16 on
+// CartPole packings in a one-off timing with bench/window_attention.py at commit c0ade70,
+// when packed windows still went through the tiles.
 inline constexpr int64_t kWindowAttentionQueryTile = 32;
 
 // How the queries of a [B, T] window attend, planned once for all layers.
@@ -41,8 +41,6 @@ class WindowAttention final : public PlannedAttention {
 
   // Query-key pairs scored, over the B * T * T of a whole-window call.
   double scored_fraction() const;
-  // Batched calls per layer.
-  size_t group_count() const { return groups_.size(); }
 
   // The key range length a tile of `needed` keys is given: a multiple of the tile below eight
   // tiles, then of a step that doubles as the range doubles (at most a quarter of it), so
