@@ -337,6 +337,16 @@ std::vector<Field> loss_fields() {
           float_field(
               "learner.value_clip", [](auto& c) -> auto& { return c.learner.value_clip; }, 0, 1e6,
               "value clip (PPO); 0 = off"),
+          string_field(
+              "learner.advantage_normalization",
+              [](auto& c) -> auto& { return c.learner.advantage_normalization; },
+              {"auto", "batch", "minibatch", "none"},
+              "standardise the advantages over the batch (PPO only), over each minibatch (as the reference's "
+              "ClipPPOLoss with normalize_advantage) or not at all; auto = batch for ppo, none for vtrace"),
+          bool_field(
+              "learner.recompute_advantages", [](auto& c) -> auto& { return c.learner.recompute_advantages; },
+              "PPO: recompute advantages and value targets with the current values before each epoch (as the "
+              "reference's PPO loop); false: once per batch"),
           int_field(
               "learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000,
               "passes over each batch (PPO; V-trace recomputes its targets each step)"),
@@ -662,6 +672,20 @@ void check_encoder_keys(const TrainConfig& config) {
   }
 }
 
+// V-trace's targets exist one minibatch at a time and are recomputed at every step.
+void check_advantage_keys(const TrainConfig& config) {
+  if (config.learner.algorithm != "vtrace") return;
+  if (config.learner.advantage_normalization == "batch") {
+    fail("learner.advantage_normalization", "batch",
+         "V-trace computes its targets one minibatch at a time: expected auto, minibatch or none with "
+         "learner.algorithm = vtrace");
+  }
+  if (config.learner.recompute_advantages) {
+    fail("learner.recompute_advantages", "true",
+         "applies to ppo only: V-trace recomputes its targets at every optimizer step");
+  }
+}
+
 void check_consistency(const TrainConfig& config) {
   for (const auto& [key, value] :
        {std::pair{"learner.device", config.learner_device}, {"actor.device", config.actor_device}}) {
@@ -695,6 +719,7 @@ void check_consistency(const TrainConfig& config) {
   }
   check_context_keys(config);
   check_encoder_keys(config);
+  check_advantage_keys(config);
   check_python_callables(config);
   check_stepping_keys(config);
 }

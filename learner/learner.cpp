@@ -26,6 +26,18 @@ void validate(const LearnerOptions& o) {
   if (o.lr_schedule != "constant" && o.lr_schedule != "linear") {
     fail("lr_schedule (" + o.lr_schedule + ") must be constant or linear");
   }
+  const std::string& scope = o.advantage_normalization;
+  if (scope != "auto" && scope != "batch" && scope != "minibatch" && scope != "none") {
+    fail("advantage_normalization (" + scope + ") must be auto, batch, minibatch or none");
+  }
+  if (o.algorithm == "vtrace" && scope == "batch") {
+    fail(
+        "advantage_normalization (batch) is for ppo: V-trace's targets are computed one minibatch at a "
+        "time; use minibatch, none or auto (none)");
+  }
+  if (o.algorithm == "vtrace" && o.recompute_advantages) {
+    fail("recompute_advantages (true) is for ppo: V-trace recomputes its targets at every optimizer step");
+  }
   if (!(o.learning_rate > 0)) fail("learning_rate must be > 0");
   if (!(o.gamma >= 0 && o.gamma <= 1)) fail("gamma must be in [0, 1]");
   if (!(o.reward_scale > 0)) fail("reward_scale must be > 0");
@@ -158,12 +170,13 @@ UpdateStats Learner::update(const std::vector<Episode>& episodes, int64_t policy
 }
 
 void Learner::train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of,
-                                   UpdateStats& stats) {
+                                   UpdateStats& stats, const std::function<void(int64_t)>& before_epoch) {
   int64_t computed_steps = 0;
   int64_t computed_tokens = 0;
   at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(updates_) * 7919 + 17);
   bool first = true;
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    if (before_epoch) before_epoch(epoch);
     const at::Tensor order = at::randperm(batch.rows(), generator, at::TensorOptions().dtype(at::kLong));
     for (int64_t minibatch = 0; minibatch < options_.minibatches; ++minibatch) {
       const WindowRows rows_of(batch, minibatch_rows(order, minibatch, options_.minibatches));
@@ -178,16 +191,13 @@ void Learner::train_on_minibatches(const WindowBatch& batch, const MinibatchLoss
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
 }
 
-namespace {
-
-// What PPO's minibatches train against, fixed at the batch's start.
+// What PPO's minibatches train against, set at the batch's start (the advantages and
+// returns again before each epoch with recompute_advantages).
 struct PpoTargets {
   at::Tensor old_values, advantages, returns;
   at::Tensor anchor_log_probs;   // the ratio's denominator
   at::Tensor behaviour_weights;  // decoupled PPO only
 };
-
-}  // namespace
 
 ReturnOptions Learner::return_options() const {
   double reward_scale = options_.reward_scale;
@@ -214,6 +224,18 @@ at::Tensor all_rows(const WindowBatch& batch) { return at::arange(batch.rows(), 
 
 }  // namespace
 
+std::string Learner::advantage_scope() const {
+  if (options_.advantage_normalization != "auto") return options_.advantage_normalization;
+  return options_.algorithm == "ppo" ? "batch" : "none";
+}
+
+void Learner::set_advantages(const WindowBatch& batch, const at::Tensor& values, PpoTargets& targets) const {
+  const at::Tensor advantages = episode_advantages(batch, values, return_options());
+  targets.returns = advantages + values;
+  targets.advantages =
+      advantage_scope() == "batch" ? normalized_advantages(advantages, batch.step_mask) : advantages;
+}
+
 UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t policy_version) {
   const WindowBatch batch = pack(episodes);
   UpdateStats stats;
@@ -236,17 +258,22 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t po
     } else {
       targets.anchor_log_probs = batch.behaviour_log_probs;  // classic PPO: no behaviour weights
     }
-    const at::Tensor advantages = episode_advantages(batch, targets.old_values, return_options());
-    targets.returns = advantages + targets.old_values;
-    targets.advantages = normalized_advantages(advantages, batch.step_mask);
+    set_advantages(batch, targets.old_values, targets);
   }
+  const auto refresh_advantages = [&](int64_t epoch) {
+    if (epoch == 0 || !options_.recompute_advantages) return;
+    torch::NoGradGuard no_grad;
+    set_advantages(batch, model_->evaluate(batch.observations, batch.is_init).values, targets);
+  };
   at::Tensor kl_sum = at::zeros({}, targets.old_values.options());
   at::Tensor clip_sum = at::zeros({}, targets.old_values.options());
   const auto loss_of = [&](const WindowRows& rows_of, const PolicyWindow& window) {
     PpoTokens tokens{model_->log_prob(window, rows_of(batch.actions)),
                      rows_of(targets.anchor_log_probs),
                      targets.behaviour_weights.defined() ? rows_of(targets.behaviour_weights) : at::Tensor(),
-                     rows_of(targets.advantages),
+                     advantage_scope() == "minibatch"
+                         ? normalized_advantages(rows_of(targets.advantages), rows_of(batch.step_mask))
+                         : rows_of(targets.advantages),
                      rows_of(targets.returns),
                      window.values,
                      rows_of(targets.old_values),
@@ -258,7 +285,7 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t po
     clip_sum += terms.clip_fraction;
     return MinibatchLoss{terms.policy, terms.value, terms.entropy};
   };
-  train_on_minibatches(batch, loss_of, stats);
+  train_on_minibatches(batch, loss_of, stats, refresh_advantages);
   const double optimizer_steps = static_cast<double>(options_.epochs * options_.minibatches);
   stats.approx_kl = kl_sum.item<double>() / optimizer_steps;
   stats.clip_fraction = clip_sum.item<double>() / optimizer_steps;
@@ -284,7 +311,8 @@ UpdateStats Learner::update_vtrace(const std::vector<Episode>& episodes, int64_t
     const VTraceRowTargets targets =
         vtrace_row_targets(batch, rows_of, window.values, log_probs, slots_of_row, return_options());
     const at::Tensor vs = targets.vs.to(mask.device());
-    const at::Tensor pg_advantages = targets.pg_advantages.to(mask.device());
+    at::Tensor pg_advantages = targets.pg_advantages.to(mask.device());
+    if (advantage_scope() == "minibatch") pg_advantages = normalized_advantages(pg_advantages, mask);
     {
       torch::NoGradGuard no_grad;
       const at::Tensor real_rhos = targets.clipped_rhos.to(mask.device()).masked_select(mask);

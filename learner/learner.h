@@ -22,6 +22,7 @@ namespace kvrl {
 
 struct WindowBatch;
 class WindowRows;
+struct PpoTargets;
 
 struct LearnerOptions {
   std::string algorithm = "ppo";         // "ppo" or "vtrace"
@@ -40,6 +41,15 @@ struct LearnerOptions {
   // here, docs/training.md).
   bool decoupled = false;
   double value_clip = 0.0;  // PPO value clip around the batch-start values; 0 = off
+  // Where advantages are standardised: over the whole batch ("batch", PPO only: V-trace's
+  // targets exist one minibatch at a time), over each minibatch's steps ("minibatch", as the
+  // reference's ClipPPOLoss(normalize_advantage=True) does), or not at all ("none"); "auto"
+  // is batch for PPO and none for V-trace (IMPALA's policy gradient).
+  std::string advantage_normalization = "auto";
+  // PPO: recompute the advantages and value targets with the current values before each
+  // epoch after the first (the reference's PPO loop calls its GAE module once per epoch);
+  // false: once, at the batch's start. Costs one no-grad forward of the batch per epoch.
+  bool recompute_advantages = false;
   int64_t epochs = 4;       // passes over each batch
   int64_t minibatches = 4;  // optimizer steps per epoch, each on a share of the rows
   double entropy_coef = 0.01;
@@ -109,6 +119,10 @@ class Learner {
                 bool first_step, UpdateStats& stats);
   UpdateStats update_ppo(const std::vector<Episode>& episodes, int64_t policy_version);
   UpdateStats update_vtrace(const std::vector<Episode>& episodes, int64_t policy_version);
+  // advantage_normalization with "auto" resolved for the algorithm.
+  std::string advantage_scope() const;
+  // GAE from `values`, the value targets, and the advantages as advantage_normalization says.
+  void set_advantages(const WindowBatch& batch, const at::Tensor& values, PpoTargets& targets) const;
   // The batch's windows, on the learner's device.
   WindowBatch pack(const std::vector<Episode>& episodes) const;
   // Gamma, lambda and the reward scale (with the return normaliser's, when normalised).
@@ -123,7 +137,9 @@ class Learner {
   // The loop PPO and V-trace share: `epochs` passes over the batch's rows, each shuffled
   // into `minibatches` minibatches, one optimizer step per minibatch; fills the stats that
   // do not depend on the algorithm.
-  void train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of, UpdateStats& stats);
+  // `before_epoch`, when given, runs before each epoch's minibatches with the epoch's index.
+  void train_on_minibatches(const WindowBatch& batch, const MinibatchLossFn& loss_of, UpdateStats& stats,
+                            const std::function<void(int64_t)>& before_epoch = {});
 
   std::shared_ptr<ActorCritic> model_;
   LearnerOptions options_;

@@ -4,6 +4,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/min.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 
 #include "learner/returns.h"
@@ -33,10 +35,17 @@ at::Tensor episode_advantages(const WindowBatch& batch, const at::Tensor& values
   return host_advantages.to(values.device());
 }
 
+// Masked sums instead of masked_select, so that no step reads the count back to the host:
+// on a GPU this runs once per minibatch with advantage_normalization = minibatch.
 at::Tensor normalized_advantages(const at::Tensor& advantages, const at::Tensor& step_mask) {
-  const at::Tensor real = advantages.masked_select(step_mask);
-  const double std = real.numel() > 1 ? real.std().item<double>() : 1.0;
-  return (advantages - real.mean()) / (std + 1e-8);
+  const at::Tensor weights = step_mask.to(advantages.scalar_type());
+  const at::Tensor count = weights.sum();
+  const at::Tensor mean = (advantages * weights).sum() / count.clamp_min(1);
+  const at::Tensor deviations = (advantages - mean) * weights;
+  // Unbiased, as torch.std; a single step keeps a unit scale.
+  const at::Tensor spread = (deviations.pow(2).sum() / (count - 1).clamp_min(1)).sqrt();
+  const at::Tensor std = at::where(count > 1, spread, at::ones_like(spread));
+  return (advantages - mean) / (std + 1e-8);
 }
 
 PpoLossTerms ppo_loss_terms(const PpoTokens& tokens, double clip_epsilon, double value_clip) {

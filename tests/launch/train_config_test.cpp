@@ -57,6 +57,24 @@ TEST(TrainConfig, PeerTimeoutIsOffOrAtLeastTwoSeconds) {
   EXPECT_NE(refusal("", {"run.peer_timeout_s=-1"}).find("a number in [0, 86400]"), std::string::npos);
 }
 
+// V-trace's targets exist one minibatch at a time: a batch-wide standardisation or a
+// per-epoch recompute cannot apply, and saying so beats ignoring the key.
+TEST(TrainConfig, AdvantageKeysTheAlgorithmCannotHonourAreRefusedByName) {
+  EXPECT_EQ(refusal("", {"learner.algorithm=vtrace", "learner.advantage_normalization=minibatch"}),
+            "accepted");
+  EXPECT_EQ(refusal("", {"learner.advantage_normalization=batch", "learner.recompute_advantages=true"}),
+            "accepted");
+  const std::string batch =
+      refusal("", {"learner.algorithm=vtrace", "learner.advantage_normalization=batch"});
+  EXPECT_NE(batch.find("'learner.advantage_normalization' = 'batch'"), std::string::npos) << batch;
+  EXPECT_NE(batch.find("expected auto, minibatch or none"), std::string::npos) << batch;
+  const std::string recompute =
+      refusal("", {"learner.algorithm=vtrace", "learner.recompute_advantages=true"});
+  EXPECT_NE(recompute.find("'learner.recompute_advantages' = 'true'"), std::string::npos) << recompute;
+  const std::string unknown = refusal("", {"learner.advantage_normalization=epoch"});
+  EXPECT_NE(unknown.find("auto batch minibatch none"), std::string::npos) << unknown;
+}
+
 // The context keys must agree, and each refusal names the keys and what is allowed.
 TEST(TrainConfig, ContextPolicyPositionsAndWindowMustAgree) {
   EXPECT_EQ(refusal("", {"model.context=sliding", "model.positions=rotary", "model.attention_window=32"}),

@@ -194,8 +194,9 @@ TEST_P(BanditLearning, RaisesTheProbabilityOfThePayingArm) {
   const ActorCriticOptions model_options = two_action_model(16, 4);
   auto model = std::make_shared<ActorCritic>(model_options);
   LearnerOptions options;
-  options.algorithm = GetParam() == "ppo_classic" ? "ppo" : GetParam();
+  options.algorithm = GetParam().starts_with("vtrace") ? "vtrace" : "ppo";
   options.decoupled = GetParam() != "ppo_classic";
+  if (GetParam() == "vtrace_normalized") options.advantage_normalization = "minibatch";
   options.learning_rate = 3e-3;
   options.entropy_coef = 0.0;
   Learner learner(model, options, std::make_shared<LocalCommunicator>());
@@ -223,7 +224,8 @@ TEST_P(BanditLearning, RaisesTheProbabilityOfThePayingArm) {
   EXPECT_GT(probability_of_paying_arm(), 0.9) << "started at " << before;
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, BanditLearning, ::testing::Values("ppo", "ppo_classic", "vtrace"));
+INSTANTIATE_TEST_SUITE_P(Algorithms, BanditLearning,
+                         ::testing::Values("ppo", "ppo_classic", "vtrace", "vtrace_normalized"));
 
 // Stale behaviour log-probs (the actors acted with older weights): classic PPO's ratio
 // starts far from 1 and is clipped everywhere; decoupled PPO's ratio starts at 1 against
@@ -315,6 +317,103 @@ TEST(Learner, TheValueLossFitsTheValuesToTheReturns) {
   for (int update = 0; update < 60; ++update) learner.update(fixed_batch());
   const double mean_return = returns.masked_select(batch.step_mask).mean().item<double>();
   EXPECT_LT(value_error(), 0.1 * mean_return) << "started at " << before << ", mean return " << mean_return;
+}
+
+// The parameters after one PPO update of a fresh model (seeded alike) with `configure`d
+// options, and after `updates` updates when asked.
+at::Tensor parameters_after_updates(const std::function<void(LearnerOptions&)>& configure, int updates = 1) {
+  torch::manual_seed(5);
+  auto model = std::make_shared<ActorCritic>(two_action_model(16, 8));
+  LearnerOptions options;
+  options.learning_rate = 1e-2;
+  options.entropy_coef = 0.0;
+  configure(options);
+  Learner learner(model, options, std::make_shared<LocalCommunicator>());
+  std::vector<Episode> batch = fixed_batch();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (float& reward : batch[i].rewards) reward = static_cast<float>(i % 2);  // advantages of both signs
+  }
+  for (int update = 0; update < updates; ++update) learner.update(batch);
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& parameter : model->parameters()) flat.push_back(parameter.detach().flatten());
+  return torch::cat(flat);
+}
+
+double largest_difference(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+// With one minibatch of the whole batch, standardising per minibatch is standardising per
+// batch; with two, each minibatch's own mean and spread give different steps.
+TEST(Learner, MinibatchAdvantageNormalizationDiffersFromTheBatchsOnlyWithSeveralMinibatches) {
+  auto with = [](const std::string& scope, int64_t minibatches) {
+    return parameters_after_updates([&](LearnerOptions& o) {
+      o.advantage_normalization = scope;
+      o.minibatches = minibatches;
+      o.epochs = 1;
+    });
+  };
+  // Adam's first steps are about the gradient's sign times the rate (1e-2): a parameter whose
+  // gradient is ~0 may move by float noise, so "alike" is within 1% of a step.
+  EXPECT_LT(largest_difference(with("minibatch", 1), with("batch", 1)), 1e-4);
+  EXPECT_GT(largest_difference(with("minibatch", 2), with("batch", 2)), 1e-3);
+  EXPECT_GT(largest_difference(with("none", 1), with("batch", 1)), 1e-3);
+}
+
+// Recomputing the advantages before the second epoch is what a second update on the same
+// batch does (one minibatch, constant rate, no value clip: the rest of PPO's targets are
+// the same); without it, the second epoch still uses the first epoch's advantages.
+TEST(Learner, RecomputedAdvantagesMakeEachEpochAFreshUpdateOfTheBatch) {
+  auto two_epochs = [](bool recompute) {
+    return parameters_after_updates([&](LearnerOptions& o) {
+      o.recompute_advantages = recompute;
+      o.epochs = 2;
+      o.minibatches = 1;
+    });
+  };
+  const at::Tensor two_single_epoch_updates = parameters_after_updates(
+      [](LearnerOptions& o) {
+        o.epochs = 1;
+        o.minibatches = 1;
+      },
+      /*updates=*/2);
+  EXPECT_LT(largest_difference(two_epochs(true), two_single_epoch_updates), 1e-4);
+  EXPECT_GT(largest_difference(two_epochs(false), two_single_epoch_updates), 1e-3);
+}
+
+// Masked steps count for nothing; the rest come out with mean 0 and (unbiased) std 1.
+TEST(PolicyLosses, NormalizedAdvantagesStandardiseTheRealStepsOnly) {
+  const at::Tensor advantages = torch::tensor({{1.0f, 2.0f, 3.0f, 100.0f}, {4.0f, -50.0f, 5.0f, 6.0f}});
+  const at::Tensor mask = torch::tensor({{true, true, true, false}, {true, false, true, true}});
+  const at::Tensor real = normalized_advantages(advantages, mask).masked_select(mask);
+  EXPECT_NEAR(real.mean().item<double>(), 0.0, 1e-6);
+  EXPECT_NEAR(real.std().item<double>(), 1.0, 1e-5);
+  const at::Tensor one = torch::tensor({{7.0f, 9.0f}});
+  const at::Tensor first_only = torch::tensor({{true, false}});
+  EXPECT_NEAR(normalized_advantages(one, first_only)[0][0].item<double>(), 0.0, 1e-6);
+}
+
+TEST(Learner, RejectsAdvantageOptionsTheAlgorithmCannotHonour) {
+  LearnerOptions options;
+  options.advantage_normalization = "epoch";
+  try {
+    Learner learner(std::make_shared<ActorCritic>(two_action_model(8, 4)), options,
+                    std::make_shared<LocalCommunicator>());
+    FAIL();
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_STREQ(error.what(),
+                 "learner.advantage_normalization (epoch) must be auto, batch, minibatch or none");
+  }
+  options.algorithm = "vtrace";
+  options.advantage_normalization = "batch";
+  EXPECT_THROW(Learner(std::make_shared<ActorCritic>(two_action_model(8, 4)), options,
+                       std::make_shared<LocalCommunicator>()),
+               InvalidArgumentError);
+  options.advantage_normalization = "minibatch";
+  options.recompute_advantages = true;
+  EXPECT_THROW(Learner(std::make_shared<ActorCritic>(two_action_model(8, 4)), options,
+                       std::make_shared<LocalCommunicator>()),
+               InvalidArgumentError);
 }
 
 TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
