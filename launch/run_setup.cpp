@@ -116,6 +116,7 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   options.transformer.positions =
       config.positions == "rotary" ? PositionEncoding::kRotary : PositionEncoding::kLearned;
   options.transformer.attention_window = context_plan(config).attention_window;
+  options.transformer.tiled_attention = config.learner_window_attention == "episodes";
   const PolicyShape shape = policy_shape_for(env.observation_space(), env.action_space());
   options.discrete = shape.discrete;
   options.num_outputs = shape.num_outputs;

@@ -411,6 +411,11 @@ std::vector<Field> placement_fields() {
           "GPUs of their own, else mpi_messages (one message per actor); mpi_broadcast and nccl announce "
           "each version and broadcast into the actors' staging buffers"),
       string_field(
+          "learner.window_attention", [](auto& c) -> auto& { return c.learner_window_attention; },
+          {"episodes", "whole"},
+          "episodes: the window forward attends context by context (or in tiles) where the packed episodes "
+          "allow; whole: one masked call over each [B, T] window, as the reference (same results, slower)"),
+      string_field(
           "learner.autocast", [](auto& c) -> auto& { return c.learner_autocast; }, {"none", "bfloat16"},
           "bfloat16: the learner's window forward runs under autocast (losses, gradients and Adam stay "
           "float32); fast on GPUs and CPUs with bf16 units, slow on others"),

@@ -73,6 +73,9 @@ struct TrainConfig {
   double allreduce_bucket_mb = 25;        // gradient buckets of the learners' all-reduce
   double nccl_timeout_s = 300;            // a collective running longer stops the run
   std::string weight_broadcast = "auto";  // auto, mpi_messages, mpi_broadcast, nccl
+  // episodes: the learner's window attention follows the packed episodes (computed context
+  // by context); whole: one masked call over each window, as the reference (same results).
+  std::string learner_window_attention = "episodes";
   std::string learner_autocast = "none";  // none or bfloat16: the learner's window forward
   std::string actor_autocast = "none";    // none or bfloat16: the actors' steps and caches
   int64_t learner_threads = 1;            // intra-op threads of a learner rank

@@ -75,6 +75,14 @@ TEST(TrainConfig, AdvantageKeysTheAlgorithmCannotHonourAreRefusedByName) {
   EXPECT_NE(unknown.find("auto batch minibatch none"), std::string::npos) << unknown;
 }
 
+TEST(TrainConfig, WindowAttentionIsEpisodesOrWhole) {
+  EXPECT_EQ(TrainConfig::parse("", {}).learner_window_attention, "episodes");
+  EXPECT_EQ(TrainConfig::parse("", {"learner.window_attention=whole"}).learner_window_attention, "whole");
+  const std::string tiles = refusal("", {"learner.window_attention=tiles"});
+  EXPECT_NE(tiles.find("'learner.window_attention' = 'tiles'"), std::string::npos) << tiles;
+  EXPECT_NE(tiles.find("episodes whole"), std::string::npos) << tiles;
+}
+
 // The context keys must agree, and each refusal names the keys and what is allowed.
 TEST(TrainConfig, ContextPolicyPositionsAndWindowMustAgree) {
   EXPECT_EQ(refusal("", {"model.context=sliding", "model.positions=rotary", "model.attention_window=32"}),
