@@ -315,6 +315,9 @@ std::vector<Field> loss_fields() {
           string_field(
               "learner.lr_schedule", [](auto& c) -> auto& { return c.learner.lr_schedule; },
               {"constant", "linear"}, "linear decays to 0 at the planned number of updates"),
+          string_field(
+              "learner.entropy_schedule", [](auto& c) -> auto& { return c.learner.entropy_schedule; },
+              {"constant", "linear"}, "linear decays entropy_coef to 0 at the planned number of updates"),
           float_field(
               "learner.max_grad_norm", [](auto& c) -> auto& { return c.learner.max_grad_norm; }, 0, 1e6,
               "gradient-norm clip; 0 = off"),

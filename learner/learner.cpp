@@ -23,8 +23,11 @@ void validate(const LearnerOptions& o) {
   auto fail = [](const std::string& message) { throw InvalidArgumentError("learner." + message); };
   if (o.algorithm != "ppo" && o.algorithm != "vtrace")
     fail("algorithm (" + o.algorithm + ") must be ppo or vtrace");
-  if (o.lr_schedule != "constant" && o.lr_schedule != "linear") {
-    fail("lr_schedule (" + o.lr_schedule + ") must be constant or linear");
+  for (const auto& [key, schedule] :
+       {std::pair{"lr_schedule", &o.lr_schedule}, {"entropy_schedule", &o.entropy_schedule}}) {
+    if (*schedule != "constant" && *schedule != "linear") {
+      fail(std::string(key) + " (" + *schedule + ") must be constant or linear");
+    }
   }
   const std::string& scope = o.advantage_normalization;
   if (scope != "auto" && scope != "batch" && scope != "minibatch" && scope != "none") {
@@ -121,11 +124,8 @@ double Learner::step_optimizer(const at::Tensor& loss) {
     skipped_this_update_ = true;
     return norm;
   }
-  double rate = options_.learning_rate;
-  if (options_.lr_schedule == "linear" && options_.planned_updates > 0) {
-    rate *=
-        std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
-  }
+  const double rate =
+      options_.learning_rate * (options_.lr_schedule == "linear" ? linear_schedule_left() : 1.0);
   for (auto& group : optimizer_.param_groups())
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(rate);
   optimizer_.step();
@@ -135,7 +135,9 @@ double Learner::step_optimizer(const at::Tensor& loss) {
 void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
                        bool first_step, UpdateStats& stats) {
   if (skipped_this_update_) return;  // the update is abandoned on every learner alike
-  at::Tensor loss = policy_loss + options_.value_coef * value_loss - options_.entropy_coef * entropy;
+  stats.entropy_coef =
+      options_.entropy_coef * (options_.entropy_schedule == "linear" ? linear_schedule_left() : 1.0);
+  at::Tensor loss = policy_loss + options_.value_coef * value_loss - stats.entropy_coef * entropy;
   if (inject_nonfinite_loss_) loss = loss * std::numeric_limits<double>::quiet_NaN();
   stats.grad_norm = step_optimizer(loss);
   if (first_step) {
@@ -223,6 +225,11 @@ void record_agreement(const ActingAgreement& agreement, UpdateStats& stats) {
 at::Tensor all_rows(const WindowBatch& batch) { return at::arange(batch.rows(), at::kLong); }
 
 }  // namespace
+
+double Learner::linear_schedule_left() const {
+  if (options_.planned_updates <= 0) return 1.0;
+  return std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
+}
 
 std::string Learner::advantage_scope() const {
   if (options_.advantage_normalization != "auto") return options_.advantage_normalization;

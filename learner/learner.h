@@ -25,12 +25,13 @@ class WindowRows;
 struct PpoTargets;
 
 struct LearnerOptions {
-  std::string algorithm = "ppo";         // "ppo" or "vtrace"
-  double learning_rate = 3e-4;           // Adam step size at the start
-  std::string lr_schedule = "constant";  // "constant" or "linear" (to 0 at planned_updates)
-  int64_t planned_updates = 0;           // for the linear schedule
-  double max_grad_norm = 0.5;            // clip the global gradient norm; 0 = off
-  double reward_scale = 1.0;             // rewards are multiplied by this for the losses (not the stats)
+  std::string algorithm = "ppo";              // "ppo" or "vtrace"
+  double learning_rate = 3e-4;                // Adam step size at the start
+  std::string lr_schedule = "constant";       // "constant" or "linear" (to 0 at planned_updates)
+  std::string entropy_schedule = "constant";  // as lr_schedule, for entropy_coef
+  int64_t planned_updates = 0;                // for the linear schedule
+  double max_grad_norm = 0.5;                 // clip the global gradient norm; 0 = off
+  double reward_scale = 1.0;                  // rewards are multiplied by this for the losses (not the stats)
   double gamma = 0.99;
   double gae_lambda = 0.95;   // PPO
   double clip_epsilon = 0.2;  // PPO ratio clip
@@ -69,7 +70,7 @@ struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0;
   double approx_kl = 0, clip_fraction = 0;  // PPO
   double rho_mean = 0, rho_max = 0;         // V-trace, decoupled PPO: truncated pi/mu
-  double grad_norm = 0, learning_rate = 0, packing_efficiency = 0;
+  double grad_norm = 0, learning_rate = 0, entropy_coef = 0, packing_efficiency = 0;
   // The learner's policy at the batch's start against the acting policy (PPO: the whole
   // batch; V-trace: the first minibatch's rows).
   double acting_kl = 0;
@@ -119,6 +120,9 @@ class Learner {
                 bool first_step, UpdateStats& stats);
   UpdateStats update_ppo(const std::vector<Episode>& episodes, int64_t policy_version);
   UpdateStats update_vtrace(const std::vector<Episode>& episodes, int64_t policy_version);
+  // What is left of a linear schedule at this update: 1 at the first, 0 at planned_updates
+  // and after (1 throughout without planned_updates).
+  double linear_schedule_left() const;
   // advantage_normalization with "auto" resolved for the algorithm.
   std::string advantage_scope() const;
   // GAE from `values`, the value targets, and the advantages as advantage_normalization says.

@@ -319,6 +319,29 @@ TEST(Learner, TheValueLossFitsTheValuesToTheReturns) {
   EXPECT_LT(value_error(), 0.1 * mean_return) << "started at " << before << ", mean return " << mean_return;
 }
 
+// Linear schedules fall from their full value at the first update to 0 at planned_updates
+// and stay there; a constant one stays put.
+TEST(Learner, LinearSchedulesTakeTheRateAndTheEntropyWeightToZeroAtThePlannedUpdates) {
+  for (const std::string entropy_schedule : {"linear", "constant"}) {
+    torch::manual_seed(6);
+    LearnerOptions options;
+    options.lr_schedule = "linear";
+    options.entropy_schedule = entropy_schedule;
+    options.learning_rate = 1e-3;
+    options.entropy_coef = 0.02;
+    options.planned_updates = 4;
+    Learner learner(std::make_shared<ActorCritic>(two_action_model(8, 8)), options,
+                    std::make_shared<LocalCommunicator>());
+    for (int update = 0; update < 6; ++update) {
+      const UpdateStats stats = learner.update(fixed_batch());
+      const double left = std::max(0.0, 1.0 - update / 4.0);
+      EXPECT_NEAR(stats.learning_rate, 1e-3 * left, 1e-12) << "update " << update;
+      EXPECT_NEAR(stats.entropy_coef, entropy_schedule == "linear" ? 0.02 * left : 0.02, 1e-12)
+          << entropy_schedule << ", update " << update;
+    }
+  }
+}
+
 // The parameters after one PPO update of a fresh model (seeded alike) with `configure`d
 // options, and after `updates` updates when asked.
 at::Tensor parameters_after_updates(const std::function<void(LearnerOptions&)>& configure, int updates = 1) {
