@@ -325,8 +325,12 @@ std::vector<Field> loss_fields() {
               "learner.reward_scale", [](auto& c) -> auto& { return c.learner.reward_scale; }, 1e-9, 1e9,
               "rewards are multiplied by this in the losses, not in the reported returns"),
           float_field(
-              "learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount"),
-          float_field(
+              "learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount")};
+}
+
+// PPO's own keys: its advantages, ratio and value clips.
+std::vector<Field> ppo_fields() {
+  return {float_field(
               "learner.gae_lambda", [](auto& c) -> auto& { return c.learner.gae_lambda; }, 0, 1,
               "GAE lambda (PPO)"),
           float_field(
@@ -349,8 +353,12 @@ std::vector<Field> loss_fields() {
           bool_field(
               "learner.recompute_advantages", [](auto& c) -> auto& { return c.learner.recompute_advantages; },
               "PPO: recompute advantages and value targets with the current values before each epoch (as the "
-              "reference's PPO loop); false: once per batch"),
-          int_field(
+              "reference's PPO loop); false: once per batch")};
+}
+
+// The keys of the optimizer steps and the weights of the loss terms.
+std::vector<Field> step_fields() {
+  return {int_field(
               "learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000,
               "passes over each batch (PPO; V-trace recomputes its targets each step)"),
           int_field(
@@ -470,8 +478,8 @@ std::vector<Field> checkpoint_and_actor_fields() {
 const std::vector<Field>& schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
-    for (auto section : {run_fields, env_fields, model_fields, encoder_fields, loss_fields, flow_fields,
-                         placement_fields, checkpoint_and_actor_fields}) {
+    for (auto section : {run_fields, env_fields, model_fields, encoder_fields, loss_fields, ppo_fields,
+                         step_fields, flow_fields, placement_fields, checkpoint_and_actor_fields}) {
       std::vector<Field> keys = section();
       all.insert(all.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
     }
