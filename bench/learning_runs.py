@@ -1,6 +1,8 @@
-"""PPO learning runs (issue #20) under launch/kvrl-mpirun with 1 learner + 2 actors: the
-native MuJoCo tasks (configs/mujoco_ppo.yaml, 1M env steps) and image tasks through the
-Gymnasium bridge (MinAtar's Breakout, MiniGrid's MemoryS7, with the CNN encoder).
+"""Learning runs under launch/kvrl-mpirun, 1 learner + 2 actors unless --ranks says otherwise:
+the native MuJoCo tasks (configs/mujoco_ppo.yaml, 1M env steps) and image tasks through the
+Gymnasium bridge (MinAtar's Breakout, MiniGrid's MemoryS7, with the CNN encoder) of issue #20,
+and CartPole with PPO and V-trace (issue #23's sample-efficiency and V-trace sweeps; --set
+adds config overrides to every run).
 
 Reported per run: the mean return of the last 100 episodes at the end, the best such mean
 during the run, the env steps at which the mean first reached the target ("-" when it
@@ -13,6 +15,9 @@ Breakout's target is ten times a random policy's mean return (0.38 over 1000 epi
     python bench/learning_runs.py --only breakout breakout/no_context --seeds 1 2 3
     python bench/learning_runs.py --only hopper --seeds 1 --steps 300000
     python bench/learning_runs.py --from-runs DIR --seeds 1 2 3      # the table again, from --keep-runs DIR
+    python bench/learning_runs.py --only cartpole_vtrace --seeds 1 2 3 4 5
+    python bench/learning_runs.py --only cartpole_ppo --ranks 2 --seeds 1 2 3 4 5 6 \
+        --set actor.credit_steps=4096 --set learner.recompute_advantages=true
 """
 import argparse
 import json
@@ -41,6 +46,10 @@ RUNS = {
     # Success pays 1 - 0.9 * steps / 245; the two doors make a memoryless policy a coin flip.
     "memory_s7": ("minigrid_memory_ppo.yaml", [], 0.8, 3_000_000),
     "memory_s7/no_context": ("minigrid_memory_ppo.yaml", NO_CONTEXT, 0.8, 3_000_000),
+    # Issue #23: PPO's env steps to 400 (TorchRL's, bench/training_bench.py), and V-trace's
+    # mean return at 500k against 475.
+    "cartpole_ppo": ("cartpole_ppo.yaml", [], 400, 250_000),
+    "cartpole_vtrace": ("cartpole_vtrace.yaml", [], 475, 500_000),
 }
 
 
@@ -55,12 +64,14 @@ def summarize(run_dir, name, seed, target):
             "run_dir": str(run_dir)}
 
 
-def run(kvrl, name, seed, steps, keep_dir):
+def run(kvrl, name, seed, steps, keep_dir, ranks=3, extra=()):
     config, overrides, target, default_steps = RUNS[name]
+    overrides = [*overrides, *extra]
     steps = steps or default_steps
     run_dir = Path(keep_dir) / name.replace("/", "_") / f"seed{seed}"
-    command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", "3", kvrl, "train", str(ROOT / "configs" / config),
-               f"run.dir={run_dir}", f"run.seed={seed}", f"run.total_env_steps={steps}", *overrides]
+    command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", str(ranks), kvrl, "train",
+               str(ROOT / "configs" / config), f"run.dir={run_dir}", f"run.seed={seed}",
+               f"run.total_env_steps={steps}", *overrides]
     begin = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=7200)
     if result.returncode != 0:
@@ -82,10 +93,15 @@ def main():
     parser.add_argument("--only", nargs="*", choices=sorted(RUNS), help="these runs only (default: all)")
     parser.add_argument("--seeds", type=int, nargs="*", default=[1])
     parser.add_argument("--steps", type=int, help="env steps of every run (default: each run's own)")
+    parser.add_argument("--ranks", type=int, default=3, help="MPI ranks: 1 learner and the rest actors")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every run (repeatable)")
     parser.add_argument("--keep-runs", help="keep the run directories here (default: a temporary folder)")
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--from-runs", help="train nothing: summarize the runs kept earlier with --keep-runs DIR")
     args = parser.parse_args()
+    if args.ranks < 2 or any("=" not in item for item in args.set):
+        parser.error(f"--ranks {args.ranks} --set {args.set}: expected at least 2 ranks and KEY=VALUE overrides")
     names = args.only or list(RUNS)
     print("| run | seed | final return | best mean return | target | env steps to target | env steps | wall |")
     print("|---|---|---|---|---|---|---|---|")
@@ -106,7 +122,7 @@ def main():
         keep = args.keep_runs or scratch
         for seed in args.seeds:
             for name in names:
-                rows.append(run(args.kvrl, name, seed, args.steps, keep))
+                rows.append(run(args.kvrl, name, seed, args.steps, keep, args.ranks, args.set))
                 show(rows[-1])
                 if args.out:
                     Path(args.out).write_text(json.dumps({"runs": rows}, indent=1) + "\n")

@@ -106,15 +106,15 @@ MUTATIONS = [
     Mutation(
         id="entropy-bonus-sign",
         file="learner/learner.cpp",
-        find="- options_.entropy_coef * entropy;",
-        replace="+ options_.entropy_coef * entropy;",
+        find="- stats.entropy_coef * entropy;",
+        replace="+ stats.entropy_coef * entropy;",
         bug="the entropy term penalises exploration instead of rewarding it",
         catchers=("learner_test",),
     ),
     Mutation(
         id="ppo-returns-without-values",
         file="learner/learner.cpp",
-        find="targets.returns = advantages + targets.old_values;",
+        find="targets.returns = advantages + values;",
         replace="targets.returns = advantages;",
         bug="the value target is the advantage, not advantage + V (returns)",
         catchers=("learner_test", "learning_cartpole_mpi"),
@@ -122,8 +122,8 @@ MUTATIONS = [
     Mutation(
         id="advantage-normalised-over-padding",
         file="learner/policy_losses.cpp",
-        find="const at::Tensor real = advantages.masked_select(step_mask);",
-        replace="const at::Tensor real = advantages.flatten();",
+        find="const at::Tensor weights = step_mask.to(advantages.scalar_type());",
+        replace="const at::Tensor weights = at::ones_like(advantages);",
         bug="advantage mean and std include the windows' padding tokens",
         catchers=("learner_test", "learner_targets"),
     ),
@@ -230,8 +230,8 @@ MUTATIONS = [
     Mutation(
         id="in-place-weight-change-unnoticed",
         file="common/model/transformer_module.cpp",
-        find="  if (!stale) stale = current_weights_version() != weights_version_;\n",
-        replace="",
+        find="autocast_dtype(device) != cache_dtype_ ||\n         current_weights_version() != weights_version_;",
+        replace="autocast_dtype(device) != cache_dtype_;",
         bug="an in-place weight update does not restart the streams' cache",
         catchers=("common_test",),
     ),
@@ -288,8 +288,8 @@ MUTATIONS = [
     Mutation(
         id="actor-context-restart-not-recorded",
         file="actor/actor_loop.cpp",
-        find="      model_->mark_weight_update();\n      contexts_restarted_ = true;",
-        replace="      model_->mark_weight_update();",
+        find="      std::fill(restart_pending_.begin(), restart_pending_.end(), 1);\n",
+        replace="",
         bug="with on_weight_update=restart the restart is not recorded as is_init for the learner",
         catchers=("loops_test", "integration_mpi"),
     ),
@@ -372,18 +372,18 @@ MUTATIONS = [
     Mutation(
         id="time-limit-reported-as-termination",
         file="actor/environment.cpp",
-        find="result.truncated = !result.terminated;",
-        replace="result.terminated = true;",
+        find="if (limit > 0 && elapsed_steps_ >= limit) result.truncated = true;",
+        replace="if (limit > 0 && elapsed_steps_ >= limit) result.terminated = true;",
         bug="hitting the time limit is reported as termination, so it bootstraps from 0",
         catchers=("actor_test", "conformance"),
     ),
     Mutation(
         id="final-observation-after-reset",
         file="actor/vector_env.cpp",
-        find="      std::copy(observation.begin(), observation.end(), "
-        "final_observations_.begin() + i * observation_size_);\n      reset_env(i);",
-        replace="      reset_env(i);\n      std::copy(observation.begin(), observation.end(), "
-        "final_observations_.begin() + i * observation_size_);",
+        find="    std::copy(observation.begin(), observation.end(), "
+        "final_observations_.begin() + index * obs_size);\n    reset_env(index);",
+        replace="    reset_env(index);\n    std::copy(observation.begin(), observation.end(), "
+        "final_observations_.begin() + index * obs_size);",
         bug="the final observation is the next episode's first one",
         catchers=("actor_test",),
     ),
@@ -417,8 +417,8 @@ MUTATIONS = [
     Mutation(
         id="actors-act-unnormalized",
         file="common/model/actor_critic.cpp",
-        find="const at::Tensor features = trunk_->step(trunk_input(observations), context_flags(is_init));",
-        replace="const at::Tensor features = trunk_->step(observations, context_flags(is_init));",
+        find="const at::Tensor input = trunk_input(observations);\n  const at::Tensor features = stream_ids",
+        replace="const at::Tensor input = observations;\n  const at::Tensor features = stream_ids",
         bug="the cached step (the actors') skips the observation normaliser the learner's window applies",
         catchers=("common_test", "learner_test"),
     ),
