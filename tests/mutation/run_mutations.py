@@ -427,12 +427,18 @@ def refuse_stale(tree, mutations, known_tests):
 
 
 def print_list(mutations, source):
-    """Checked against the source: the tree gets its files from there at the next --sync."""
+    """Checked against the source: the tree gets its files from there at the next --sync.
+    Returns how many are stale (their snippet is gone: a refactor left them planting nothing)."""
     print(f"{len(mutations)} mutations, snippets checked against {source}")
+    stale = 0
     for m in mutations:
         problem = snippet_problem(source, m)
+        stale += bool(problem)
         print(f"{m.id:40} {'ok' if not problem else 'STALE: ' + problem}\n    {m.file}: {m.bug}\n"
               f"    expected catchers: {', '.join(m.catchers)}")
+    if stale:
+        print(f"{stale} mutation(s) STALE: update their find/replace in tests/mutation/mutations.py", file=sys.stderr)
+    return stale
 
 
 def lock_tree(tree):
@@ -499,8 +505,7 @@ def main():
     args = parse_args()
     mutations = selected_mutations(args.only)
     if args.list:
-        print_list(mutations, args.source)
-        return 0
+        return 1 if print_list(mutations, args.source) else 0
     if not args.report:
         refuse("--report PATH is required to run mutations")
     args.report = args.report.resolve()
