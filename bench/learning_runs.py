@@ -20,6 +20,7 @@ Breakout's target is ten times a random policy's mean return (0.38 over 1000 epi
         --set actor.credit_steps=4096 --set learner.recompute_advantages=true
 """
 import argparse
+import hashlib
 import json
 import subprocess
 import tempfile
@@ -64,11 +65,19 @@ def summarize(run_dir, name, seed, target):
             "run_dir": str(run_dir)}
 
 
+def run_folder(name, ranks=3, extra=()):
+    """A run's folder under --keep-runs: candidates with other --ranks or --set get their own."""
+    folder = name.replace("/", "_")
+    if ranks != 3 or extra:
+        folder += f"_r{ranks}_" + hashlib.sha1(" ".join(extra).encode()).hexdigest()[:8]
+    return folder
+
+
 def run(kvrl, name, seed, steps, keep_dir, ranks=3, extra=()):
     config, overrides, target, default_steps = RUNS[name]
     overrides = [*overrides, *extra]
     steps = steps or default_steps
-    run_dir = Path(keep_dir) / name.replace("/", "_") / f"seed{seed}"
+    run_dir = Path(keep_dir) / run_folder(name, ranks, extra) / f"seed{seed}"
     command = [str(ROOT / "launch" / "kvrl-mpirun"), "-np", str(ranks), kvrl, "train",
                str(ROOT / "configs" / config), f"run.dir={run_dir}", f"run.seed={seed}",
                f"run.total_env_steps={steps}", *overrides]
@@ -109,7 +118,7 @@ def main():
         rows = []
         for seed in args.seeds:
             for name in names:
-                run_dir = Path(args.from_runs) / name.replace("/", "_") / f"seed{seed}"
+                run_dir = Path(args.from_runs) / run_folder(name, args.ranks, args.set) / f"seed{seed}"
                 if (run_dir / "metrics.jsonl").exists():
                     rows.append(summarize(run_dir, name, seed, RUNS[name][2]))
                     rows[-1].update({"config": RUNS[name][0], "overrides": RUNS[name][1]})

@@ -328,7 +328,7 @@ std::vector<Field> loss_fields() {
               "learner.gamma", [](auto& c) -> auto& { return c.learner.gamma; }, 0, 1, "discount")};
 }
 
-// PPO's own keys: its advantages, ratio and value clips.
+// The keys of the advantages (PPO's GAE and both algorithms' standardisation) and PPO's clips.
 std::vector<Field> ppo_fields() {
   return {float_field(
               "learner.gae_lambda", [](auto& c) -> auto& { return c.learner.gae_lambda; }, 0, 1,
@@ -352,11 +352,11 @@ std::vector<Field> ppo_fields() {
               "ClipPPOLoss with normalize_advantage) or not at all; auto = batch for ppo, none for vtrace"),
           bool_field(
               "learner.recompute_advantages", [](auto& c) -> auto& { return c.learner.recompute_advantages; },
-              "PPO: recompute advantages and value targets with the current values before each epoch (as the "
-              "reference's PPO loop); false: once per batch")};
+              "PPO: recompute values, advantages and value targets with the current weights before each "
+              "epoch after the first (as the reference's PPO loop); false: once per batch")};
 }
 
-// The keys of the optimizer steps and the weights of the loss terms.
+// The keys of the optimizer steps per batch, the loss terms' weights and V-trace's clips.
 std::vector<Field> step_fields() {
   return {int_field(
               "learner.epochs", [](auto& c) -> auto& { return c.learner.epochs; }, 1, 1000,
@@ -698,7 +698,8 @@ void check_advantage_keys(const TrainConfig& config) {
   }
   if (config.learner.recompute_advantages) {
     fail("learner.recompute_advantages", "true",
-         "applies to ppo only: V-trace recomputes its targets at every optimizer step");
+         "expected false with learner.algorithm = vtrace, which recomputes its targets at every optimizer "
+         "step");
   }
 }
 

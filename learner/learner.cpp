@@ -124,8 +124,7 @@ double Learner::step_optimizer(const at::Tensor& loss) {
     skipped_this_update_ = true;
     return norm;
   }
-  const double rate =
-      options_.learning_rate * (options_.lr_schedule == "linear" ? linear_schedule_left() : 1.0);
+  const double rate = scheduled(options_.learning_rate, options_.lr_schedule);
   for (auto& group : optimizer_.param_groups())
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(rate);
   optimizer_.step();
@@ -135,8 +134,7 @@ double Learner::step_optimizer(const at::Tensor& loss) {
 void Learner::optimize(const at::Tensor& policy_loss, const at::Tensor& value_loss, const at::Tensor& entropy,
                        bool first_step, UpdateStats& stats) {
   if (skipped_this_update_) return;  // the update is abandoned on every learner alike
-  stats.entropy_coef =
-      options_.entropy_coef * (options_.entropy_schedule == "linear" ? linear_schedule_left() : 1.0);
+  stats.entropy_coef = scheduled(options_.entropy_coef, options_.entropy_schedule);
   at::Tensor loss = policy_loss + options_.value_coef * value_loss - stats.entropy_coef * entropy;
   if (inject_nonfinite_loss_) loss = loss * std::numeric_limits<double>::quiet_NaN();
   stats.grad_norm = step_optimizer(loss);
@@ -193,8 +191,8 @@ void Learner::train_on_minibatches(const WindowBatch& batch, const MinibatchLoss
   stats.learning_rate = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options()).lr();
 }
 
-// What PPO's minibatches train against, set at the batch's start (the advantages and
-// returns again before each epoch with recompute_advantages).
+// What PPO's minibatches train against, set at the batch's start (the values, advantages
+// and returns again before each later epoch with recompute_advantages).
 struct PpoTargets {
   at::Tensor old_values, advantages, returns;
   at::Tensor anchor_log_probs;   // the ratio's denominator
@@ -226,9 +224,10 @@ at::Tensor all_rows(const WindowBatch& batch) { return at::arange(batch.rows(), 
 
 }  // namespace
 
-double Learner::linear_schedule_left() const {
-  if (options_.planned_updates <= 0) return 1.0;
-  return std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
+double Learner::scheduled(double value, const std::string& schedule) const {
+  if (schedule != "linear" || options_.planned_updates <= 0) return value;
+  return value *
+         std::max(0.0, 1.0 - static_cast<double>(updates_) / static_cast<double>(options_.planned_updates));
 }
 
 std::string Learner::advantage_scope() const {
@@ -267,10 +266,13 @@ UpdateStats Learner::update_ppo(const std::vector<Episode>& episodes, int64_t po
     }
     set_advantages(batch, targets.old_values, targets);
   }
+  // As TorchRL's GAE module writes the epoch's values into the batch, where the value clip
+  // then anchors too.
   const auto refresh_advantages = [&](int64_t epoch) {
     if (epoch == 0 || !options_.recompute_advantages) return;
     torch::NoGradGuard no_grad;
-    set_advantages(batch, model_->evaluate(batch.observations, batch.is_init).values, targets);
+    targets.old_values = model_->evaluate(batch.observations, batch.is_init).values;
+    set_advantages(batch, targets.old_values, targets);
   };
   at::Tensor kl_sum = at::zeros({}, targets.old_values.options());
   at::Tensor clip_sum = at::zeros({}, targets.old_values.options());

@@ -47,9 +47,10 @@ struct LearnerOptions {
   // reference's ClipPPOLoss(normalize_advantage=True) does), or not at all ("none"); "auto"
   // is batch for PPO and none for V-trace (IMPALA's policy gradient).
   std::string advantage_normalization = "auto";
-  // PPO: recompute the advantages and value targets with the current values before each
-  // epoch after the first (the reference's PPO loop calls its GAE module once per epoch);
-  // false: once, at the batch's start. Costs one no-grad forward of the batch per epoch.
+  // PPO: recompute the values (the value clip's anchor), advantages and value targets with
+  // the current weights before each epoch after the first (the reference's PPO loop calls
+  // its GAE module once per epoch); false: once, at the batch's start. Costs one no-grad
+  // forward of the batch per later epoch; with one epoch it changes nothing.
   bool recompute_advantages = false;
   int64_t epochs = 4;       // passes over each batch
   int64_t minibatches = 4;  // optimizer steps per epoch, each on a share of the rows
@@ -120,9 +121,9 @@ class Learner {
                 bool first_step, UpdateStats& stats);
   UpdateStats update_ppo(const std::vector<Episode>& episodes, int64_t policy_version);
   UpdateStats update_vtrace(const std::vector<Episode>& episodes, int64_t policy_version);
-  // What is left of a linear schedule at this update: 1 at the first, 0 at planned_updates
-  // and after (1 throughout without planned_updates).
-  double linear_schedule_left() const;
+  // `value` at this update under `schedule`: constant, or linear from value at the first
+  // update to 0 at planned_updates and after (constant without planned_updates).
+  double scheduled(double value, const std::string& schedule) const;
   // advantage_normalization with "auto" resolved for the algorithm.
   std::string advantage_scope() const;
   // GAE from `values`, the value targets, and the advantages as advantage_normalization says.

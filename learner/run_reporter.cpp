@@ -94,6 +94,7 @@ std::vector<std::pair<std::string, double>> RunReporter::scalars(const RunSnapsh
              {
                  {"optimizer/grad_norm", s.update.grad_norm},
                  {"optimizer/learning_rate", s.update.learning_rate},
+                 {"optimizer/entropy_coef", s.update.entropy_coef},
                  {"policy_lag/mean", s.lag_mean},
                  {"policy_lag/max", s.lag_max},
                  {"throughput/env_steps_per_s", s.env_steps_per_s},

@@ -57,7 +57,8 @@ def test_tensorboard_event_files_hold_the_jsonl_series(tmp_path, algorithm, spec
     tags = set(events.Tags()["scalars"])
     expected = {"episode/return_mean", "episode/length_mean", "loss/policy", "loss/value", "loss/entropy",
                 "policy_lag/mean", "policy_lag/max", "throughput/env_steps_per_s", "throughput/updates_per_s",
-                "learner/packing_efficiency", "learner/queue_depth", "optimizer/grad_norm", *specific}
+                "learner/packing_efficiency", "learner/queue_depth", "optimizer/grad_norm",
+                "optimizer/entropy_coef", *specific}
     assert expected <= tags, expected - tags
     assert any(tag.startswith("dropped/") for tag in tags), tags
     for tag in tags:

@@ -71,6 +71,7 @@ TEST(TrainConfig, AdvantageKeysTheAlgorithmCannotHonourAreRefusedByName) {
   const std::string recompute =
       refusal("", {"learner.algorithm=vtrace", "learner.recompute_advantages=true"});
   EXPECT_NE(recompute.find("'learner.recompute_advantages' = 'true'"), std::string::npos) << recompute;
+  EXPECT_NE(recompute.find("expected false with learner.algorithm = vtrace"), std::string::npos) << recompute;
   const std::string unknown = refusal("", {"learner.advantage_normalization=epoch"});
   EXPECT_NE(unknown.find("auto batch minibatch none"), std::string::npos) << unknown;
 }

@@ -383,6 +383,20 @@ TEST(Learner, MinibatchAdvantageNormalizationDiffersFromTheBatchsOnlyWithSeveral
   EXPECT_GT(largest_difference(with("none", 1), with("batch", 1)), 1e-3);
 }
 
+// V-trace's policy-gradient advantages are standardised per minibatch only when asked.
+TEST(Learner, VTraceStandardisesItsAdvantagesPerMinibatchOnlyWhenAsked) {
+  auto with = [](const std::string& scope) {
+    return parameters_after_updates([&](LearnerOptions& o) {
+      o.algorithm = "vtrace";
+      o.advantage_normalization = scope;
+      o.minibatches = 2;
+      o.epochs = 1;
+    });
+  };
+  EXPECT_LT(largest_difference(with("auto"), with("none")), 1e-4);
+  EXPECT_GT(largest_difference(with("minibatch"), with("none")), 1e-3);
+}
+
 // Recomputing the advantages before the second epoch is what a second update on the same
 // batch does (one minibatch, constant rate, no value clip: the rest of PPO's targets are
 // the same); without it, the second epoch still uses the first epoch's advantages.
@@ -404,16 +418,18 @@ TEST(Learner, RecomputedAdvantagesMakeEachEpochAFreshUpdateOfTheBatch) {
   EXPECT_GT(largest_difference(two_epochs(false), two_single_epoch_updates), 1e-3);
 }
 
-// Masked steps count for nothing; the rest come out with mean 0 and (unbiased) std 1.
+// Masked steps count for nothing: the real steps 1..6 have mean 3.5 and unbiased std
+// sqrt(3.5), whatever the masked ones hold; a lone real step keeps a unit scale.
 TEST(PolicyLosses, NormalizedAdvantagesStandardiseTheRealStepsOnly) {
   const at::Tensor advantages = torch::tensor({{1.0f, 2.0f, 3.0f, 100.0f}, {4.0f, -50.0f, 5.0f, 6.0f}});
   const at::Tensor mask = torch::tensor({{true, true, true, false}, {true, false, true, true}});
   const at::Tensor real = normalized_advantages(advantages, mask).masked_select(mask);
-  EXPECT_NEAR(real.mean().item<double>(), 0.0, 1e-6);
-  EXPECT_NEAR(real.std().item<double>(), 1.0, 1e-5);
-  const at::Tensor one = torch::tensor({{7.0f, 9.0f}});
-  const at::Tensor first_only = torch::tensor({{true, false}});
-  EXPECT_NEAR(normalized_advantages(one, first_only)[0][0].item<double>(), 0.0, 1e-6);
+  const at::Tensor expected = (torch::tensor({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}) - 3.5f) / std::sqrt(3.5f);
+  EXPECT_TRUE(torch::allclose(real, expected, 1e-5, 1e-6)) << real;
+  const at::Tensor lone =
+      normalized_advantages(torch::tensor({{7.0f, 9.0f}}), torch::tensor({{true, false}}));
+  EXPECT_NEAR(lone[0][0].item<double>(), 0.0, 1e-6);
+  EXPECT_NEAR(lone[0][1].item<double>(), 2.0, 1e-5);  // (9 - 7) / 1
 }
 
 TEST(Learner, RejectsAdvantageOptionsTheAlgorithmCannotHonour) {
@@ -427,16 +443,24 @@ TEST(Learner, RejectsAdvantageOptionsTheAlgorithmCannotHonour) {
     EXPECT_STREQ(error.what(),
                  "learner.advantage_normalization (epoch) must be auto, batch, minibatch or none");
   }
+  auto refusal = [](const LearnerOptions& o) -> std::string {
+    try {
+      Learner learner(std::make_shared<ActorCritic>(two_action_model(8, 4)), o,
+                      std::make_shared<LocalCommunicator>());
+    } catch (const InvalidArgumentError& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
   options.algorithm = "vtrace";
   options.advantage_normalization = "batch";
-  EXPECT_THROW(Learner(std::make_shared<ActorCritic>(two_action_model(8, 4)), options,
-                       std::make_shared<LocalCommunicator>()),
-               InvalidArgumentError);
+  EXPECT_NE(refusal(options).find("learner.advantage_normalization (batch) is for ppo"), std::string::npos)
+      << refusal(options);
   options.advantage_normalization = "minibatch";
+  EXPECT_EQ(refusal(options), "accepted");
   options.recompute_advantages = true;
-  EXPECT_THROW(Learner(std::make_shared<ActorCritic>(two_action_model(8, 4)), options,
-                       std::make_shared<LocalCommunicator>()),
-               InvalidArgumentError);
+  EXPECT_NE(refusal(options).find("learner.recompute_advantages (true) is for ppo"), std::string::npos)
+      << refusal(options);
 }
 
 TEST(Learner, RejectsUnknownAlgorithmNamingIt) {
