@@ -14,4 +14,5 @@ cmake --build "$build_dir" -j2
 # clang-format over every file; clang-tidy over the recently changed ones, 5 minutes at most
 # (scripts/lint.sh; a full clang-tidy pass is scripts/lint.sh --all, 13 min on 2 cores).
 KVRL_BUILD_DIR="$build_dir" KVRL_LINT_BUDGET_S="${KVRL_LINT_BUDGET_S:-300}" scripts/lint.sh
-ctest --test-dir "$build_dir" --output-on-failure
+# Two at a time where a test keeps one core busy; alone where it claims both (PROCESSORS).
+ctest --test-dir "$build_dir" --output-on-failure -j2
