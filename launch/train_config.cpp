@@ -18,6 +18,7 @@
 #include "common/model/conv_layers.h"
 #include "common/support/errors.h"
 #include "common/support/number_text.h"
+#include "learner/advantage_rules.h"
 #include "learner/policy_lag.h"
 
 namespace kvrl {
@@ -690,17 +691,9 @@ void check_encoder_keys(const TrainConfig& config) {
 
 // V-trace's targets exist one minibatch at a time and are recomputed at every step.
 void check_advantage_keys(const TrainConfig& config) {
-  if (config.learner.algorithm != "vtrace") return;
-  if (config.learner.advantage_normalization == "batch") {
-    fail("learner.advantage_normalization", "batch",
-         "V-trace computes its targets one minibatch at a time: expected auto, minibatch or none with "
-         "learner.algorithm = vtrace");
-  }
-  if (config.learner.recompute_advantages) {
-    fail("learner.recompute_advantages", "true",
-         "expected false with learner.algorithm = vtrace, which recomputes its targets at every optimizer "
-         "step");
-  }
+  const auto problem = advantage_key_problem(config.learner.algorithm, config.learner.advantage_normalization,
+                                             config.learner.recompute_advantages);
+  if (problem) fail(problem->key, problem->value, problem->allowed);
 }
 
 void check_consistency(const TrainConfig& config) {

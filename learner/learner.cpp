@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/support/errors.h"
+#include "learner/advantage_rules.h"
 #include "learner/normalizer_statistics.h"
 #include "learner/policy_losses.h"
 #include "learner/window_batch.h"
@@ -33,13 +34,8 @@ void validate(const LearnerOptions& o) {
   if (scope != "auto" && scope != "batch" && scope != "minibatch" && scope != "none") {
     fail("advantage_normalization (" + scope + ") must be auto, batch, minibatch or none");
   }
-  if (o.algorithm == "vtrace" && scope == "batch") {
-    fail(
-        "advantage_normalization (batch) is for ppo: V-trace's targets are computed one minibatch at a "
-        "time; use minibatch, none or auto (none)");
-  }
-  if (o.algorithm == "vtrace" && o.recompute_advantages) {
-    fail("recompute_advantages (true) is for ppo: V-trace recomputes its targets at every optimizer step");
+  if (const auto problem = advantage_key_problem(o.algorithm, scope, o.recompute_advantages)) {
+    throw InvalidArgumentError(problem->key + " (" + problem->value + "): " + problem->allowed);
   }
   if (!(o.learning_rate > 0)) fail("learning_rate must be > 0");
   if (!(o.gamma >= 0 && o.gamma <= 1)) fail("gamma must be in [0, 1]");
