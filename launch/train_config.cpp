@@ -430,7 +430,8 @@ std::vector<Field> placement_fields() {
       string_field(
           "learner.autocast", [](auto& c) -> auto& { return c.learner_autocast; }, {"none", "bfloat16"},
           "bfloat16: the learner's window forward runs under autocast (losses, gradients and Adam stay "
-          "float32); fast on GPUs and CPUs with bf16 units, slow on others"),
+          "float32); meant for GPUs: on a CPU with AVX-512 BF16 it was 1.9x slower at width 64 "
+          "(docs/gpu.md)"),
       string_field(
           "actor.autocast", [](auto& c) -> auto& { return c.actor_autocast; }, {"none", "bfloat16"},
           "bfloat16: actors step under autocast and keep their key/value caches in bf16 (half the "
