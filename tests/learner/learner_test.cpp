@@ -454,12 +454,17 @@ TEST(Learner, RejectsAdvantageOptionsTheAlgorithmCannotHonour) {
   };
   options.algorithm = "vtrace";
   options.advantage_normalization = "batch";
-  EXPECT_NE(refusal(options).find("learner.advantage_normalization (batch): V-trace computes its targets one minibatch at a time"), std::string::npos)
+  EXPECT_NE(
+      refusal(options).find(
+          "learner.advantage_normalization (batch): V-trace computes its targets one minibatch at a time"),
+      std::string::npos)
       << refusal(options);
   options.advantage_normalization = "minibatch";
   EXPECT_EQ(refusal(options), "accepted");
   options.recompute_advantages = true;
-  EXPECT_NE(refusal(options).find("learner.recompute_advantages (true): expected false with learner.algorithm = vtrace"), std::string::npos)
+  EXPECT_NE(refusal(options).find(
+                "learner.recompute_advantages (true): expected false with learner.algorithm = vtrace"),
+            std::string::npos)
       << refusal(options);
 }
 
