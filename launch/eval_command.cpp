@@ -228,7 +228,9 @@ void run_export(const std::string& checkpoint, const std::string& out_path) {
   config.insert("dim_feedforward",
                 options.transformer.dim_feedforward.value_or(4 * *options.transformer.hidden_size));
   root.insert("config", config);
-  for (const char* head : {"policy_head", "value_head"}) {
+  // The MLP critic is a torch.nn.Sequential(Linear, Tanh, Linear, Tanh, Linear) state dict.
+  const char* critic = options.critic == CriticKind::kMlp ? "critic" : "value_head";
+  for (const char* head : {"policy_head", critic}) {
     Dict weights = dict();
     for (const auto& item : state_dict_of(*saved.model->named_children()[head]))
       weights.insert(item.key(), item.value());
@@ -250,6 +252,7 @@ void run_export(const std::string& checkpoint, const std::string& out_path) {
   policy.insert("discrete", options.discrete);
   policy.insert("num_outputs", options.num_outputs);
   policy.insert("temporal_context", options.temporal_context);
+  policy.insert("critic", std::string(options.critic == CriticKind::kMlp ? "mlp" : "trunk"));
   policy.insert("env", saved.config.env_plugin.empty() ? saved.config.env_name : saved.config.env_plugin);
   root.insert("policy", policy);
   write_torch_file(out_path, root);

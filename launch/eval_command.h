@@ -10,8 +10,10 @@
 //   transformer  the TransformerModule state dict, by the reference's parameter names
 //                (TorchRL's TransformerModule(**config).load_state_dict takes it as is)
 //   config       the TransformerModule's constructor arguments
-//   policy_head, value_head  {weight, bias} of the linear heads (and log_std for Gaussian)
-//   policy       {discrete, num_outputs, temporal_context, env}
+//   policy_head, value_head  {weight, bias} of the linear heads (and log_std for Gaussian);
+//                with model.critic = mlp, critic (a Sequential(Linear, Tanh, Linear, Tanh,
+//                Linear) state dict) instead of value_head
+//   policy       {discrete, num_outputs, temporal_context, critic, env}
 //   observation_norm  {mean, var, epsilon, clip}, when the policy normalises observations:
 //                it sees clamp((x - mean) / sqrt(var + epsilon), -clip, clip)
 #pragma once

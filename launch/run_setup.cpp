@@ -121,6 +121,8 @@ ActorCriticOptions model_options(const TrainConfig& config, const Environment& e
   options.discrete = shape.discrete;
   options.num_outputs = shape.num_outputs;
   options.temporal_context = config.temporal_context;
+  options.critic = config.critic == "mlp" ? CriticKind::kMlp : CriticKind::kTrunk;
+  options.critic_hidden_size = config.critic_hidden_size;
   options.normalize_observations = config.normalize_observations;
   options.observation_clip = config.observation_clip;
   options.normalize_rewards = config.normalize_rewards;

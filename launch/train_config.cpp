@@ -265,6 +265,15 @@ std::vector<Field> model_fields() {
       bool_field(
           "model.temporal_context", [](auto& c) -> auto& { return c.temporal_context; },
           "false: every step sees only its own observation (the memoryless baseline)"),
+      string_field(
+          "model.critic", [](auto& c) -> auto& { return c.critic; }, {"trunk", "mlp"},
+          "where the values come from: trunk, a linear head on the transformer's features (the value loss "
+          "trains the trunk too); mlp, a separate tanh MLP on the current observation (CleanRL's MuJoCo "
+          "critic: value gradients leave the policy's features alone, values see no history). mlp needs "
+          "model.encoder = mlp"),
+      int_field(
+          "model.critic_hidden_size", [](auto& c) -> auto& { return c.critic_hidden_size; }, 1, 65536,
+          "critic = mlp: the width of its two hidden layers"),
       bool_field(
           "model.normalize_observations", [](auto& c) -> auto& { return c.normalize_observations; },
           "observations enter the policy as (x - mean) / std, clipped to +-observation_clip, with running "
@@ -682,6 +691,10 @@ void check_encoder_keys(const TrainConfig& config) {
     parse_conv_layers(config.cnn_layers);
   } catch (const InvalidArgumentError& error) {
     fail("model.cnn_layers", config.cnn_layers, error.what());
+  }
+  if (config.encoder == "cnn" && config.critic == "mlp") {
+    fail("model.critic", config.critic,
+         "the MLP critic reads the flat observation; with model.encoder = cnn use trunk");
   }
   if (config.encoder == "cnn" && config.normalize_observations) {
     throw InvalidArgumentError(

@@ -55,6 +55,8 @@ struct TrainConfig {
   int64_t attention_window = 0;         // sliding: W, the steps a step attends to; 0 = max_seq_len
   int64_t dim_feedforward = 0;          // 0 = 4 * hidden_size
   bool temporal_context = true;         // false: each step sees only its own observation
+  std::string critic = "trunk";         // trunk: a value head on the trunk; mlp: a separate MLP
+  int64_t critic_hidden_size = 64;      // critic = mlp: its hidden width
   bool normalize_observations = false;  // running mean/std of observations, part of the policy
   double observation_clip = 10;         // normalised observations are clipped to +-this
   bool normalize_rewards = false;       // rewards scaled by 1 / std of the discounted return

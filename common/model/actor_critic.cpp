@@ -8,6 +8,8 @@
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/activation.h>
 
 #include <cmath>
 #include <numbers>
@@ -40,7 +42,7 @@ ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) 
   trunk_ = register_module("trunk", std::make_shared<TransformerModule>(options.transformer));
   const int64_t hidden = *options.transformer.hidden_size;
   policy_head_ = register_module("policy_head", torch::nn::Linear(hidden, options.num_outputs));
-  value_head_ = register_module("value_head", torch::nn::Linear(hidden, 1));
+  build_critic(hidden);
   {
     // Small initial policy outputs keep the first policy close to uniform (or to a
     // zero-mean Gaussian), as common PPO implementations do.
@@ -59,6 +61,40 @@ ActorCritic::ActorCritic(const ActorCriticOptions& options) : options_(options) 
     observation_moments_ = register_moments("observation", *options.transformer.input_size);
   }
   if (options.normalize_rewards) return_moments_ = register_moments("return", 1);
+}
+
+void ActorCritic::build_critic(int64_t hidden) {
+  if (options_.critic == CriticKind::kTrunk) {
+    value_head_ = register_module("value_head", torch::nn::Linear(hidden, 1));
+    return;
+  }
+  if (options_.image_encoder) {
+    throw InvalidArgumentError(
+        "ActorCritic: the MLP critic reads the flat observation; with an image encoder use the trunk's value "
+        "head");
+  }
+  const int64_t width = options_.critic_hidden_size;
+  if (width < 1) {
+    throw InvalidArgumentError("ActorCritic: critic_hidden_size (" + std::to_string(width) +
+                               ") must be >= 1");
+  }
+  critic_ = register_module(
+      "critic",
+      torch::nn::Sequential(torch::nn::Linear(*options_.transformer.input_size, width), torch::nn::Tanh(),
+                            torch::nn::Linear(width, width), torch::nn::Tanh(), torch::nn::Linear(width, 1)));
+  // CleanRL's initialisation: orthogonal weights with gain sqrt(2) in the hidden layers and
+  // 1 at the output, zero biases.
+  torch::NoGradGuard no_grad;
+  for (const size_t index : {0, 2, 4}) {
+    auto* layer = critic_[index]->as<torch::nn::Linear>();
+    torch::nn::init::orthogonal_(layer->weight, index == 4 ? 1.0 : std::sqrt(2.0));
+    layer->bias.zero_();
+  }
+}
+
+at::Tensor ActorCritic::values_of(const at::Tensor& features, const at::Tensor& input) {
+  const at::Tensor values = critic_ ? critic_->forward(input) : value_head_->forward(features);
+  return values.squeeze(-1).to(at::kFloat);
 }
 
 RunningMoments ActorCritic::register_moments(const std::string& name, int64_t features) {
@@ -110,14 +146,14 @@ at::Tensor ActorCritic::context_flags(const at::Tensor& is_init) const {
 PolicyStep ActorCritic::act(const at::Tensor& observations, const at::Tensor& is_init,
                             at::Generator generator, bool greedy, const at::Tensor& stream_ids) {
   torch::NoGradGuard no_grad;
-  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
+  const OptionalAutocast autocast(autocast_, device_type());
   const at::Tensor input = trunk_input(observations);
   const at::Tensor features = stream_ids.defined()
                                   ? trunk_->step_streams(input, context_flags(is_init), stream_ids)
                                   : trunk_->step(input, context_flags(is_init));
   const at::Tensor policy = policy_head_->forward(features).to(at::kFloat);
   PolicyStep step;
-  step.values = value_head_->forward(features).squeeze(-1).to(at::kFloat);
+  step.values = values_of(features, input);
   if (options_.discrete) {
     const at::Tensor log_probs = at::log_softmax(policy, -1);
     const at::Tensor index = greedy ? policy.argmax(-1, /*keepdim=*/true)
@@ -138,15 +174,15 @@ void ActorCritic::mark_weight_update_keeping_context(const at::Tensor& observati
   // Without temporal context every step restarts its stream: there is no context to keep.
   if (!options_.temporal_context) return;
   // The steps that follow run under the same autocast, so the rebuilt cache has their dtype.
-  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
+  const OptionalAutocast autocast(autocast_, device_type());
   trunk_->prefill(trunk_input(observations), lengths);
 }
 
 PolicyWindow ActorCritic::evaluate(const at::Tensor& observations, const at::Tensor& is_init) {
-  const OptionalAutocast autocast(autocast_, value_head_->weight.device().type());
-  const at::Tensor features = trunk_->window(trunk_input(observations), context_flags(is_init));
-  return {policy_head_->forward(features).to(at::kFloat),
-          value_head_->forward(features).squeeze(-1).to(at::kFloat)};
+  const OptionalAutocast autocast(autocast_, device_type());
+  const at::Tensor input = trunk_input(observations);
+  const at::Tensor features = trunk_->window(input, context_flags(is_init));
+  return {policy_head_->forward(features).to(at::kFloat), values_of(features, input)};
 }
 
 at::Tensor ActorCritic::log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const {

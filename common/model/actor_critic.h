@@ -1,13 +1,15 @@
 // The policy actors act with and learners train: a TransformerModule trunk with a policy
 // head (categorical logits for discrete actions, a Gaussian mean with a learned,
-// state-independent log-std for continuous ones) and a value head. Actors call act() on
-// the cached-step path; learners call evaluate() on packed windows.
+// state-independent log-std for continuous ones) and a critic: a value head on the trunk's
+// features, or a separate MLP on the current observation. Actors call act() on the
+// cached-step path; learners call evaluate() on packed windows.
 //
 // With temporal_context off every step is its own episode (is_init forced on), so the
 // same network sees only the current observation: the memoryless baseline.
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
 #include <memory>
@@ -19,6 +21,13 @@
 
 namespace kvrl {
 
+// Where the values come from. kTrunk: a linear head on the transformer's features, so the
+// value loss trains the trunk the policy reads. kMlp: a separate tanh MLP (two hidden
+// layers) on the current, normalised observation, as CleanRL's and SB3's PPO use for
+// MuJoCo: the value gradients leave the policy's features alone, and the values see no
+// history (fully observed tasks only).
+enum class CriticKind { kTrunk, kMlp };
+
 struct ActorCriticOptions {
   // input_size = the observation size, or the image encoder's features.
   TransformerModuleOptions transformer;
@@ -28,6 +37,8 @@ struct ActorCriticOptions {
   int64_t num_outputs = 0;        // actions (discrete) or action dimensions (Gaussian)
   bool temporal_context = true;   // false: each step sees only its own observation
   double initial_log_std = -0.5;  // Gaussian only
+  CriticKind critic = CriticKind::kTrunk;
+  int64_t critic_hidden_size = 64;  // kMlp: the width of both hidden layers
   // Observations enter the trunk as (x - mean) / sqrt(var + 1e-8), clipped to
   // +-observation_clip, with running statistics the learners update after each update.
   bool normalize_observations = false;
@@ -98,13 +109,18 @@ class ActorCritic : public torch::nn::Module {
   at::Tensor trunk_input(const at::Tensor& observations) const;
   RunningMoments register_moments(const std::string& name, int64_t features);
   at::Tensor log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const;
+  // [...] values from the trunk's features or, with the MLP critic, from its input.
+  at::Tensor values_of(const at::Tensor& features, const at::Tensor& trunk_input);
+  void build_critic(int64_t hidden);
+  c10::DeviceType device_type() const { return policy_head_->weight.device().type(); }
 
   ActorCriticOptions options_;
   std::shared_ptr<ImageEncoder> image_encoder_;  // null without one
   std::shared_ptr<TransformerModule> trunk_;
   torch::nn::Linear policy_head_{nullptr};
-  torch::nn::Linear value_head_{nullptr};
-  at::Tensor log_std_;  // [num_outputs], Gaussian only
+  torch::nn::Linear value_head_{nullptr};  // CriticKind::kTrunk
+  torch::nn::Sequential critic_{nullptr};  // CriticKind::kMlp
+  at::Tensor log_std_;                     // [num_outputs], Gaussian only
   RunningMoments observation_moments_, return_moments_;
   std::optional<c10::ScalarType> autocast_;
 };

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
+
 #include "common/support/errors.h"
 
 namespace kvrl {
@@ -124,6 +127,83 @@ TEST(ActorCritic, AutocastAcceptsOnlyBfloat16) {
   EXPECT_EQ(policy.autocast(), std::optional<c10::ScalarType>(at::kBFloat16));
   policy.set_autocast(std::nullopt);
   EXPECT_EQ(policy.autocast(), std::nullopt);
+}
+
+ActorCriticOptions mlp_critic_policy() {
+  ActorCriticOptions options = small_policy();
+  options.critic = CriticKind::kMlp;
+  options.critic_hidden_size = 16;
+  return options;
+}
+
+// The MLP critic values an observation the same whatever came before it, on the cached
+// path and in windows alike; the trunk's value head does not.
+TEST(ActorCritic, MlpCriticValuesSeeOnlyTheCurrentObservation) {
+  torch::manual_seed(3);
+  ActorCritic mlp(mlp_critic_policy());
+  ActorCritic trunk(small_policy());
+  torch::NoGradGuard no_grad;
+  const int64_t steps = 6;
+  const at::Tensor history = torch::randn({2, steps, 4});
+  history[1][steps - 1].copy_(history[0][steps - 1]);  // two histories, the same last observation
+  at::Tensor is_init = torch::zeros({2, steps}, torch::kBool);
+  is_init.select(1, 0).fill_(true);
+  const at::Tensor mlp_values = mlp.evaluate(history, is_init).values;
+  const at::Tensor trunk_values = trunk.evaluate(history, is_init).values;
+  EXPECT_FLOAT_EQ(mlp_values[0][steps - 1].item<float>(), mlp_values[1][steps - 1].item<float>());
+  EXPECT_GT((trunk_values[0][steps - 1] - trunk_values[1][steps - 1]).abs().item<float>(), 1e-4);
+  at::Generator generator = at::detail::createCPUGenerator(1);
+  for (int64_t t = 0; t < steps; ++t) {
+    const PolicyStep step = mlp.act(history.select(1, t), is_init.select(1, t), generator, /*greedy=*/true);
+    EXPECT_TRUE(torch::allclose(step.values, mlp_values.select(1, t), 1e-5, 1e-5)) << t;
+  }
+}
+
+// Each loss trains only its own network: the value loss reaches the critic and not the
+// trunk or the policy head, the policy loss the reverse.
+TEST(ActorCritic, MlpCriticSeparatesThePolicyAndValueGradients) {
+  torch::manual_seed(4);
+  ActorCritic policy(mlp_critic_policy());
+  const at::Tensor observations = torch::randn({2, 5, 4});
+  at::Tensor is_init = torch::zeros({2, 5}, torch::kBool);
+  is_init.select(1, 0).fill_(true);
+  const auto gradient_norms = [&](const at::Tensor& loss) {
+    policy.zero_grad();
+    loss.backward();
+    std::map<std::string, double> norms;
+    for (const auto& item : policy.named_parameters()) {
+      const std::string network = item.key().substr(0, item.key().find('.'));
+      const at::Tensor grad = item.value().grad();
+      norms[network] += grad.defined() ? grad.norm().item<double>() : 0.0;
+    }
+    return norms;
+  };
+  const PolicyWindow window = policy.evaluate(observations, is_init);
+  auto norms = gradient_norms(window.values.pow(2).sum());
+  EXPECT_GT(norms["critic"], 0);
+  EXPECT_EQ(norms["trunk"], 0);
+  EXPECT_EQ(norms["policy_head"], 0);
+  norms = gradient_norms(policy.evaluate(observations, is_init).policy.sum());
+  EXPECT_GT(norms["trunk"], 0);
+  EXPECT_EQ(norms["critic"], 0);
+  // The trunk's value head, for contrast: its value loss does train the trunk.
+  ActorCritic shared(small_policy());
+  const at::Tensor shared_loss = shared.evaluate(observations, is_init).values.pow(2).sum();
+  shared_loss.backward();
+  EXPECT_GT(shared.trunk().parameters()[0].grad().norm().item<double>(), 0);
+}
+
+TEST(ActorCritic, MlpCriticRefusesAnImageEncoder) {
+  ActorCriticOptions options = mlp_critic_policy();
+  options.image_encoder = ImageEncoderOptions{{8, 8, 1}, {{4, 3, 1}}, 8};
+  options.transformer.input_size = 8;
+  try {
+    ActorCritic policy(options);
+    FAIL() << "an MLP critic was built beside an image encoder";
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_NE(std::string(error.what()).find("the MLP critic reads the flat observation"), std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

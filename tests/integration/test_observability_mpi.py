@@ -250,7 +250,9 @@ def test_export_loads_into_torchrl_and_plays_like_kvrl(trained, tmp_path):
     module.load_state_dict(exported["transformer"], strict=True)
     policy_head = torch.nn.Linear(exported["config"]["hidden_size"], exported["policy"]["num_outputs"])
     policy_head.load_state_dict(exported["policy_head"])
-    assert exported["policy"] == {"discrete": True, "num_outputs": 2, "temporal_context": True, "env": "CartPole-v1"}
+    assert exported["policy"] == {"discrete": True, "num_outputs": 2, "temporal_context": True, "critic": "trunk",
+                                  "env": "CartPole-v1"}
+    torch.nn.Linear(exported["config"]["hidden_size"], 1).load_state_dict(exported["value_head"])
 
     # The same weights through kvrl's window path give the same embeddings.
     features = torch.randn(2, 7, exported["config"]["input_size"])
@@ -286,6 +288,24 @@ def test_export_loads_into_torchrl_and_plays_like_kvrl(trained, tmp_path):
     kvrl_greedy, _, _, _ = evaluate(trained[0], "--episodes", "8", "--greedy")
     assert sum(returns) / 3 > 0.4 * kvrl_greedy, (returns, kvrl_greedy)
     assert sum(returns) / 3 > 60, returns
+
+
+def test_a_separate_mlp_critic_trains_plays_and_exports_as_a_torch_sequential(tmp_path):
+    run_dir = tmp_path / "run"
+    result = train(2, PPO, f"run.dir={run_dir}", *SMALL, "run.max_updates=2", "checkpoint.interval_updates=1",
+                   "model.critic=mlp", "model.critic_hidden_size=32")
+    assert result.returncode == 0, result.stderr[-3000:]
+    checkpoint = str(run_dir / "checkpoints" / "checkpoint-0000000002.pt")
+    evaluate(checkpoint, "--episodes", "2")
+    out = tmp_path / "policy.pt"
+    assert kvrl("export", checkpoint, str(out)).returncode == 0
+    exported = torch.load(out, weights_only=True)
+    assert exported["policy"]["critic"] == "mlp" and "value_head" not in exported
+    critic = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                                 torch.nn.Linear(32, 1))
+    critic.load_state_dict(exported["critic"], strict=True)
+    values = critic(torch.randn(5, 4)).squeeze(-1)
+    assert torch.isfinite(values).all() and values.std() > 0
 
 
 def test_rank_reports_are_json_whatever_the_run_directory_is_called(tmp_path):

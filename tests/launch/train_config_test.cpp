@@ -121,6 +121,20 @@ TEST(TrainConfig, EncoderKeysAreCheckedAtParse) {
   EXPECT_NE(refusal("", {"model.encoder=resnet"}).find("one of mlp cnn"), std::string::npos);
   const std::string normalised = refusal("", {"model.encoder=cnn", "model.normalize_observations=true"});
   EXPECT_NE(normalised.find("does not apply with model.encoder = cnn"), std::string::npos) << normalised;
+  const std::string critic = refusal("", {"model.encoder=cnn", "model.critic=mlp"});
+  EXPECT_NE(critic.find("'model.critic' = 'mlp': the MLP critic reads the flat observation"),
+            std::string::npos)
+      << critic;
+}
+
+TEST(TrainConfig, CriticKeys) {
+  EXPECT_EQ(TrainConfig::parse("", {}).critic, "trunk");
+  const TrainConfig mlp = TrainConfig::parse("", {"model.critic=mlp", "model.critic_hidden_size=128"});
+  EXPECT_EQ(mlp.critic, "mlp");
+  EXPECT_EQ(mlp.critic_hidden_size, 128);
+  EXPECT_NE(refusal("", {"model.critic=separate"}).find("one of trunk mlp"), std::string::npos);
+  EXPECT_NE(refusal("", {"model.critic_hidden_size=0"}).find("'model.critic_hidden_size' = '0'"),
+            std::string::npos);
 }
 
 // Stepping keys: gym:<id> steps in Gymnasium's own vector loop, so only the default applies.
