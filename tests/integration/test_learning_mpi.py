@@ -1,7 +1,7 @@
 """CartPole-v1 learns under mpiexec, 1 learner and 2 actors, with the shipped configs and
 fixed seeds: mean return of the last 100 episodes >= 450 within 500k env steps for PPO
-(configs/cartpole_ppo.yaml, about 2.5 min here) and within 1M for V-trace
-(configs/cartpole_vtrace.yaml, about 2.5 min). A uniformly random policy averages about 22. Runs are not bit-reproducible
+(configs/cartpole_ppo.yaml, about 2.5 min here) and for V-trace (configs/cartpole_vtrace.yaml,
+128-step fragments, about 1.5 min). A uniformly random policy averages about 22. Runs are not bit-reproducible
 (batch composition depends on rank timing); the margins measured are in docs/training.md."""
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 
 KVRL = os.environ.get("KVRL_BIN")
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
-BUDGETS = {"cartpole_ppo.yaml": 500000, "cartpole_vtrace.yaml": 1000000}
+BUDGETS = {"cartpole_ppo.yaml": 500000, "cartpole_vtrace.yaml": 500000}
 
 
 @pytest.mark.parametrize("config", sorted(BUDGETS))
