@@ -109,7 +109,7 @@ class ActorCritic : public torch::nn::Module {
   at::Tensor trunk_input(const at::Tensor& observations) const;
   RunningMoments register_moments(const std::string& name, int64_t features);
   at::Tensor log_prob_of(const at::Tensor& policy, const at::Tensor& actions) const;
-  // [...] values from the trunk's features or, with the MLP critic, from its input.
+  // The values, [...]: from the trunk's features, or from its input with the MLP critic.
   at::Tensor values_of(const at::Tensor& features, const at::Tensor& trunk_input);
   void build_critic(int64_t hidden);
   c10::DeviceType device_type() const { return policy_head_->weight.device().type(); }
