@@ -6,7 +6,10 @@ adds config overrides to every run).
 
 Reported per run: the mean return of the last 100 episodes at the end, the best such mean
 during the run, the env steps at which the mean first reached the target ("-" when it
-never did) and the wall time. The MuJoCo targets are the issue's, set against CleanRL's
+never did), the wall time, and means over the updates after the 20th of the policy lag,
+the acting KL (from the acting policy to the learner's at the batch start), and for PPO
+the approximate KL from the behaviour policy over an update and the fraction of steps
+clipped. The MuJoCo targets are the issue's, set against CleanRL's
 PPO at 1M steps (2231 Hopper, 1823 HalfCheetah, 3050 Walker2d on the v2/v4 tasks). The
 ablations (".../no_context") run the same config with model.temporal_context=false.
 Breakout's target is ten times a random policy's mean return (0.38 over 1000 episodes).
@@ -56,6 +59,19 @@ RUNS = {
 }
 
 
+# How far the data is off-policy and how far each update moves the policy: means over the
+# updates after the first WARM_UP (the first ones have no lag yet); PPO's two only for PPO.
+WARM_UP = 20
+UPDATE_MEANS = {"policy_lag": "policy_lag/mean", "acting_kl": "acting/kl", "update_kl": "ppo/approx_kl",
+                "clip_fraction": "ppo/clip_fraction"}
+
+
+def update_means(metrics):
+    later = metrics[WARM_UP:] or metrics
+    return {name: sum(m[key] for m in later) / len(later) if key in later[0] else None
+            for name, key in UPDATE_MEANS.items()}
+
+
 def summarize(run_dir, name, seed, target):
     learner = json.loads((run_dir / "rank0.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -64,7 +80,7 @@ def summarize(run_dir, name, seed, target):
             "best_mean_return": max(m["episode/return_mean"] for m in metrics),
             "env_steps": learner["env_steps"], "steps_to_target": steps_to_target,
             "wall_to_target_s": wall_to_target, "learner_wall_s": learner["wall_seconds"],
-            "run_dir": str(run_dir)}
+            **update_means(metrics), "run_dir": str(run_dir)}
 
 
 def run_folder(name, ranks=3, extra=()):
@@ -94,8 +110,10 @@ def run(kvrl, name, seed, steps, keep_dir, ranks=3, extra=()):
 
 def show(row):
     to_target = "-" if row["steps_to_target"] is None else f"{row['steps_to_target']:,}"
+    means = " | ".join("-" if row[name] is None else f"{row[name]:.3g}" for name in UPDATE_MEANS)
     print(f"| {row['name']} | {row['seed']} | {row['mean_return']:.4g} | {row['best_mean_return']:.4g} | "
-          f"{row['target']} | {to_target} | {row['env_steps']:,} | {row['learner_wall_s']:.0f} s |", flush=True)
+          f"{row['target']} | {to_target} | {row['env_steps']:,} | {row['learner_wall_s']:.0f} s | {means} |",
+          flush=True)
 
 
 def main():
@@ -114,8 +132,10 @@ def main():
     if args.ranks < 2 or any("=" not in item for item in args.set):
         parser.error(f"--ranks {args.ranks} --set {args.set}: expected at least 2 ranks and KEY=VALUE overrides")
     names = args.only or list(RUNS)
-    print("| run | seed | final return | best mean return | target | env steps to target | env steps | wall |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"(policy lag, acting KL, update KL, clipped: means over the updates after the first {WARM_UP})")
+    print("| run | seed | final return | best mean return | target | env steps to target | env steps | wall | "
+          "policy lag | acting KL | update KL | clipped |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     if args.from_runs:
         rows = []
         for seed in args.seeds:
