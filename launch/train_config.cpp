@@ -401,6 +401,13 @@ std::vector<Field> flow_fields() {
       int_field(
           "learner.max_policy_lag", [](auto& c) -> auto& { return c.max_policy_lag; }, 0, kMax,
           "drop episodes acted on by weights older than this many versions; 0 = keep all"),
+      string_field(
+          "learner.credit_return", [](auto& c) -> auto& { return c.credit_return; },
+          {"when_batched", "when_trained"},
+          "when a batch's steps go back to their actors' credit: when_batched (as the update takes them, so "
+          "actors collect the next batch while it trains: more env steps/s, a policy lag of about one update "
+          "more) or when_trained (after the update and its weight broadcast, so with actor.credit_steps near "
+          "one batch, actors and learners take turns and actors act on the newest weights)"),
       int_field(
           "learner.max_consecutive_skips", [](auto& c) -> auto& { return c.max_consecutive_skips; }, 1,
           1000000,

@@ -67,14 +67,15 @@ struct TrainConfig {
   bool cuda_graphs = true;                          // actors on CUDA replay the cached step from a CUDA graph
   // learner: the loss and optimizer options (planned_updates is derived from the budget)
   LearnerOptions learner;
-  int64_t steps_per_update = 4096;        // env steps per update, over all learners
-  int64_t weight_sync_interval = 1;       // learner 0 sends weights every K updates
-  int64_t max_policy_lag = 0;             // drop episodes staler than this many versions; 0 = keep all
-  int64_t max_consecutive_skips = 3;      // stop after this many non-finite updates in a row
-  std::string learner_device = "auto";    // auto, cpu, cuda or cuda:N
-  double allreduce_bucket_mb = 25;        // gradient buckets of the learners' all-reduce
-  double nccl_timeout_s = 300;            // a collective running longer stops the run
-  std::string weight_broadcast = "auto";  // auto, mpi_messages, mpi_broadcast, nccl
+  int64_t steps_per_update = 4096;             // env steps per update, over all learners
+  int64_t weight_sync_interval = 1;            // learner 0 sends weights every K updates
+  int64_t max_policy_lag = 0;                  // drop episodes staler than this many versions; 0 = keep all
+  std::string credit_return = "when_batched";  // when_batched or when_trained
+  int64_t max_consecutive_skips = 3;           // stop after this many non-finite updates in a row
+  std::string learner_device = "auto";         // auto, cpu, cuda or cuda:N
+  double allreduce_bucket_mb = 25;             // gradient buckets of the learners' all-reduce
+  double nccl_timeout_s = 300;                 // a collective running longer stops the run
+  std::string weight_broadcast = "auto";       // auto, mpi_messages, mpi_broadcast, nccl
   // episodes: the learner's window attention follows the packed episodes (computed context
   // by context); whole: one masked call over each window, as the reference (same results).
   std::string learner_window_attention = "episodes";

@@ -78,6 +78,8 @@ LearnerLoopOptions learner_loop_options(const RankResources& rank, const Trainin
   options.steps_per_update = config.steps_per_update;
   options.weight_sync_interval = config.weight_sync_interval;
   options.max_policy_lag = config.max_policy_lag;
+  options.credit_return =
+      config.credit_return == "when_trained" ? CreditReturn::kWhenTrained : CreditReturn::kWhenBatched;
   options.log_interval_s = config.log_interval_s;
   options.reporter = make_reporter(rank);
   options.checkpoint_dir = rank.plan.checkpoint_dir;

@@ -40,6 +40,10 @@ void LearnerLoop::grant_credit(int actor_rank, int64_t steps) {
   transport_.send(actor_rank, MessageTag::kCredit, std::move(bytes));
 }
 
+void LearnerLoop::return_credit(const std::vector<Episode>& batch) {
+  for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
+}
+
 void LearnerLoop::send_weights() {
   if (options_.weight_broadcast) {
     if (!staged_weights_) {
@@ -338,10 +342,7 @@ void LearnerLoop::after_update() {
 bool LearnerLoop::update_once(int64_t share) {
   options_.faults.fail_if_due(stats_.updates + 1, *logger_);
   std::vector<Episode> batch = take_share(share);
-  // Credit counts queued steps: returned as the batch leaves the queue, so actors collect
-  // the next batch while this one trains (returned after the update, the two would take
-  // turns whenever the credit is about one batch).
-  for (const Episode& e : batch) grant_credit(static_cast<int>(e.actor_rank), e.length());
+  if (options_.credit_return == CreditReturn::kWhenBatched) return_credit(batch);
   record_batch(batch);
   if (options_.faults.nan_loss_at(stats_.updates + 1)) learner_.inject_nonfinite_loss_next_update();
   stats_.last_update = learner_.update(batch, policy_version_);
@@ -353,7 +354,8 @@ bool LearnerLoop::update_once(int64_t share) {
   stats_.env_steps +=
       static_cast<int64_t>(communicator_->all_reduce_sum(static_cast<double>(stats_.last_update.steps)));
   if (count_skip_or_stop()) return false;
-  after_update();
+  after_update();  // sends the weights first: the returned credit is spent acting on them
+  if (options_.credit_return == CreditReturn::kWhenTrained) return_credit(batch);
   return true;
 }
 

@@ -38,6 +38,12 @@
 
 namespace kvrl {
 
+// When a batch's steps go back to their actors' credit (learner.credit_return): as the
+// batch is taken from the queue, so actors collect the next batch while it trains, or once
+// the update that trained on it is done (and its weights sent), so with about one batch of
+// credit actors and learners take turns and the actors act on the newest weights.
+enum class CreditReturn { kWhenBatched, kWhenTrained };
+
 struct LearnerLoopOptions {
   std::vector<int> actor_ranks;
   int64_t total_env_steps = 0;
@@ -45,6 +51,7 @@ struct LearnerLoopOptions {
   int64_t steps_per_update = 0;  // over all learners
   int64_t weight_sync_interval = 1;
   int64_t max_policy_lag = 0;  // 0 = keep all
+  CreditReturn credit_return = CreditReturn::kWhenBatched;
   double log_interval_s = 5.0;
   std::shared_ptr<RunReporter> reporter;  // learner 0: progress, metrics and status; null elsewhere
   // Checkpoints (learner 0): a directory, empty = none; every N updates or S seconds,
@@ -96,6 +103,8 @@ class LearnerLoop {
  private:
   void receive(const Message& message, bool stopping);
   void grant_credit(int actor_rank, int64_t steps);
+  // Each episode's steps back to the credit of the actor that sent it.
+  void return_credit(const std::vector<Episode>& batch);
   void send_weights();
   // A remote actor joined or left (kActorJoined, kActorLeft): it gets the current weights,
   // or is forgotten.
