@@ -44,6 +44,7 @@ ActorLoop::ActorLoop(ActorLoopOptions options, Transport& transport, std::shared
       parameters_(model_->parameters()) {
   for (const auto& p : parameters_) parameter_count_ += p.numel();
   credits_.assign(options_.learner_ranks.size(), options_.credit_steps);
+  acted_unshipped_.assign(options_.learner_ranks.size(), 0);
   learner_stopped_.assign(options_.learner_ranks.size(), false);
   stats_.episodes_sent_to.assign(options_.learner_ranks.size(), 0);
   if (options_.weight_broadcast) {
@@ -165,11 +166,41 @@ void ActorLoop::rebuild_contexts() {
                                              at::tensor(lengths, at::kLong));
 }
 
+std::optional<size_t> ActorLoop::destination_for(int64_t length) {
+  if (options_.collect == Collection::kBatches) {
+    const auto index = static_cast<size_t>(
+        std::max_element(acted_unshipped_.begin(), acted_unshipped_.end()) - acted_unshipped_.begin());
+    acted_unshipped_[index] -= length;
+    return index;
+  }
+  const auto best = std::max_element(credits_.begin(), credits_.end());
+  if (*best <= 0) return std::nullopt;
+  // A learner with any credit left takes a whole episode or fragment: it may overdraw by
+  // one, which bounds the steps in flight by credit_steps plus the longest message.
+  *best -= length;
+  return static_cast<size_t>(best - credits_.begin());
+}
+
+bool ActorLoop::charge_acting_step() {
+  int64_t needed = static_cast<int64_t>(ready_.size());
+  int64_t available = 0;
+  for (const int64_t credit : credits_) available += std::max<int64_t>(credit, 0);
+  if (available < needed) return false;
+  while (needed > 0) {
+    const auto best = std::max_element(credits_.begin(), credits_.end());
+    const int64_t charge = std::min(needed, *best);
+    *best -= charge;
+    acted_unshipped_[static_cast<size_t>(best - credits_.begin())] += charge;
+    needed -= charge;
+  }
+  return true;
+}
+
 bool ActorLoop::ship_outbox() {
   while (!outbox_.empty()) {
-    const auto best = std::max_element(credits_.begin(), credits_.end());
-    if (*best <= 0) return false;
-    const size_t index = best - credits_.begin();
+    const std::optional<size_t> destination = destination_for(outbox_.back().length());
+    if (!destination) return false;
+    const size_t index = *destination;
     std::vector<uint8_t> bytes = codec_.encode(outbox_.back());
     if (options_.faults.corrupt_episode > 0 && stats_.episodes_sent + 1 == options_.faults.corrupt_episode) {
       bytes[bytes.size() / 2] ^= 0x5a;  // the checksum will no longer match
@@ -178,9 +209,6 @@ bool ActorLoop::ship_outbox() {
                         " on purpose"));
     }
     transport_.send(options_.learner_ranks[index], MessageTag::kEpisode, std::move(bytes));
-    // A learner with any credit left takes a whole episode or fragment: it may overdraw by
-    // one, which bounds the steps in flight by credit_steps plus the longest message.
-    credits_[index] -= outbox_.back().length();
     ++stats_.episodes_sent;
     ++stats_.episodes_sent_to[index];
     outbox_.pop_back();
@@ -329,14 +357,21 @@ void ActorLoop::record_outcomes(std::span<const int64_t> streams, uint64_t& next
       outbox_.push_back(std::move(e));
       e = empty_episode(transport_.rank(), next_episode_id++, codec_.spec(), i);
     } else if (options_.fragment_steps > 0 && e.length() == options_.fragment_steps) {
-      // The episode goes on: the bootstrap state is the observation the next step sees.
-      e.final_observation.assign(std::span<const float>(env_.observations()).subspan(i * obs_size, obs_size));
-      Episode next = next_fragment(e, i);
-      ++stats_.fragments_continuing;
-      outbox_.push_back(std::move(e));
-      e = std::move(next);
+      cut_fragment(i);
     }
   }
+}
+
+void ActorLoop::cut_fragment(int64_t stream) {
+  const int64_t obs_size = env_.observation_size();
+  Episode& e = open_[stream];
+  // The episode goes on: the bootstrap state is the observation the next step sees.
+  e.final_observation.assign(
+      std::span<const float>(env_.observations()).subspan(stream * obs_size, obs_size));
+  Episode next = next_fragment(e, stream);
+  ++stats_.fragments_continuing;
+  outbox_.push_back(std::move(e));
+  e = std::move(next);
 }
 
 void ActorLoop::step_environments(at::Generator& generator, uint64_t& next_episode_id) {
@@ -396,6 +431,15 @@ ActorStats ActorLoop::run() {
     }
     options_.faults.fail_if_due(++vector_steps, *logger_);
     if (!ship_outbox()) {  // no credit: wait for a learner instead of collecting more
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    if (options_.collect == Collection::kBatches && !charge_acting_step()) {
+      // The batch is acted: what is still open goes out with it, then wait for credit.
+      for (int64_t i = 0; i < env_.num_envs(); ++i) {
+        if (open_[i].length() > 0) cut_fragment(i);
+      }
+      ship_outbox();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       continue;
     }

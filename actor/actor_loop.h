@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -61,12 +62,21 @@ struct ActorStats {
   WeightChecksumLog applied_weights;      // each version as the actor's parameters hold it
 };
 
+// How an actor ships what it acted (actor.collect). episodes: each episode, or fragment of
+// one, as it ends, its steps charged to a learner's credit as it goes out. batches: steps
+// are charged as they are acted, and once the credit is spent every open episode is cut into
+// a fragment and everything goes out, as TorchRL's collector returns [streams, T] batches;
+// with learner.credit_return = when_trained and one batch of credit, actors and learners
+// take turns and every step is trained on by the weights that acted it.
+enum class Collection { kEpisodes, kBatches };
+
 struct ActorLoopOptions {
   std::vector<int> learner_ranks;
   int64_t credit_steps = 2048;  // env steps that may be in flight to each learner
   uint64_t seed = 0;
   WeightUpdatePolicy on_weight_update = WeightUpdatePolicy::kReprefill;
   int64_t fragment_steps = 0;  // ship fragments of at most this many steps; 0: whole episodes
+  Collection collect = Collection::kEpisodes;
   // A stream's context restarts after this many steps (segment policy: max_seq_len - 1,
   // leaving a slot for the bootstrap token); 0: never (a sliding window).
   int64_t segment_steps = 0;
@@ -110,6 +120,13 @@ class ActorLoop {
   // Handles every message waiting, then lets a staged broadcast progress.
   void drain();
   bool ship_outbox();  // returns whether everything was sent
+  // The learner the next message of `length` steps goes to, charged for it (episodes) or
+  // paid by the steps it was charged as they were acted (batches); none without credit.
+  std::optional<size_t> destination_for(int64_t length);
+  // batches: charges a step of every ready stream to the learners' credit, if it covers it.
+  bool charge_acting_step();
+  // Ships stream `stream`'s open episode as a fragment and starts the one that goes on.
+  void cut_fragment(int64_t stream);
   // The steps of run().
   at::Generator sampling_generator() const;
   bool all_learners_stopped() const;
@@ -135,6 +152,7 @@ class ActorLoop {
   int64_t parameter_count_ = 0;
   std::unique_ptr<StagedWeightReceiver> staged_weights_;  // with options_.weight_broadcast
   std::vector<int64_t> credits_;                          // env steps each learner will still accept
+  std::vector<int64_t> acted_unshipped_;  // batches: per learner, steps charged but not yet shipped
   std::vector<bool> learner_stopped_;
   std::vector<Episode> open_;             // the episode, or fragment of one, each environment is in
   std::vector<ContextHistory> contexts_;  // each stream's current context

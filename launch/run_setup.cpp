@@ -154,7 +154,7 @@ TrainingSetup prepare_training(const std::string& config_path, const std::vector
   setup.spec.max_context = plan.reach;
   setup.spec.streams = setup.config.num_envs;
   setup.spec.segment_steps = plan.segment_steps;
-  setup.spec.whole_episodes = fragment_steps == 0;
+  setup.spec.whole_episodes = fragment_steps == 0 && setup.config.collect == "episodes";
   return setup;
 }
 

@@ -490,7 +490,14 @@ std::vector<Field> checkpoint_and_actor_fields() {
       int_field(
           "actor.fragment_steps", [](auto& c) -> auto& { return c.fragment_steps; }, 0, 1 << 20,
           "ship each episode in fragments of this many steps, each with the context prefix its first step "
-          "attended to; 0 = whole episodes (the environment needs a time limit)")};
+          "attended to; 0 = whole episodes (the environment needs a time limit)"),
+      string_field(
+          "actor.collect", [](auto& c) -> auto& { return c.collect; }, {"episodes", "batches"},
+          "episodes: ship each episode (or fragment) as it ends, charging the credit then; batches: charge "
+          "steps as they are acted and, once the credit is spent, cut every open episode into a fragment and "
+          "ship everything, as TorchRL's collector returns [streams, T] batches (with learner.credit_return "
+          "= "
+          "when_trained and one batch of credit, every step is trained on by the weights that acted it)")};
 }
 
 const std::vector<Field>& schema() {
@@ -675,6 +682,23 @@ void check_python_callables(const TrainConfig& config) {
   }
 }
 
+// Batches cut every stream's episode between two steps, and each step needs credit for a
+// step of every stream.
+void check_collection_keys(const TrainConfig& config) {
+  if (config.collect != "batches") return;
+  if (config.env_stepping != "lockstep") {
+    fail("actor.collect", config.collect,
+         "batches are cut between two steps of every environment: needs env.stepping = lockstep, not " +
+             config.env_stepping);
+  }
+  if (config.credit_steps * config.learners < config.num_envs) {
+    fail("actor.credit_steps", std::to_string(config.credit_steps),
+         "with actor.collect = batches, credit_steps x learners (" + std::to_string(config.learners) +
+             ") must cover one step of every environment (env.num_envs = " + std::to_string(config.num_envs) +
+             ")");
+  }
+}
+
 // Gymnasium's vector API steps every environment together, in its own loop.
 void check_stepping_keys(const TrainConfig& config) {
   if (!config.env_plugin.empty() || !is_gym_environment(config.env_name)) return;
@@ -753,6 +777,7 @@ void check_consistency(const TrainConfig& config) {
   check_advantage_keys(config);
   check_python_callables(config);
   check_stepping_keys(config);
+  check_collection_keys(config);
 }
 
 }  // namespace

@@ -92,6 +92,7 @@ struct TrainConfig {
   int64_t credit_steps = 2048;                 // env steps an actor may have in flight to each learner
   std::string on_weight_update = "reprefill";  // restart, reprefill or keep the streams' caches
   int64_t fragment_steps = 0;                  // ship fragments of this many steps; 0 = whole episodes
+  std::string collect = "episodes";            // episodes, or batches: ship what the credit paid for
 
   // The entries of a comma-separated list key (env.gym_setup, env.gym_wrappers), trimmed.
   static std::vector<std::string> comma_separated(const std::string& text);

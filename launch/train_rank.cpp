@@ -193,6 +193,7 @@ ActorLoopOptions actor_loop_options(const TrainConfig& config, std::vector<int> 
                                                  : WeightUpdatePolicy::kReprefill;
   const ContextPlan plan = context_plan(config);
   options.fragment_steps = config.fragment_steps;
+  options.collect = config.collect == "batches" ? Collection::kBatches : Collection::kEpisodes;
   options.segment_steps = plan.segment_steps;
   options.context_reach = plan.reach;
   options.seed = seed;

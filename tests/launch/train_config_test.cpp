@@ -150,6 +150,19 @@ TEST(TrainConfig, AsynchronousSteppingIsForNativeEnvironments) {
   EXPECT_NE(refusal("", {"env.step_delay_spread=0.5"}).find("a number in [1, 1000]"), std::string::npos);
 }
 
+// Batches are cut between two steps of every environment, each paid for in advance.
+TEST(TrainConfig, BatchCollectionNeedsLockstepAndCreditForAStepOfEveryEnvironment) {
+  EXPECT_EQ(refusal("", {"actor.collect=batches", "learner.credit_return=when_trained"}), "accepted");
+  EXPECT_NE(refusal("", {"actor.collect=batches", "env.stepping=async"})
+                .find("'actor.collect' = 'batches': batches are cut between two steps of every environment: "
+                      "needs env.stepping = lockstep, not async"),
+            std::string::npos);
+  const std::string credit = refusal("", {"actor.collect=batches", "actor.credit_steps=8"});
+  EXPECT_NE(credit.find("'actor.credit_steps' = '8'"), std::string::npos) << credit;
+  EXPECT_NE(credit.find("(env.num_envs = 16)"), std::string::npos) << credit;
+  EXPECT_EQ(refusal("", {"actor.credit_steps=8"}), "accepted") << "episodes need no credit for every stream";
+}
+
 // Remote actors: a port needs a token file, the address must be one, and the handshake's
 // hash follows what the actor must share with the run and nothing it may choose itself.
 TEST(TrainConfig, RemoteActorKeysAndTheirIdentityHash) {

@@ -43,6 +43,7 @@ struct RunPlan {
   int64_t weight_sync_interval = 1;
   int64_t max_policy_lag = 0;
   CreditReturn credit_return = CreditReturn::kWhenBatched;
+  Collection collect = Collection::kEpisodes;
   int64_t epochs = 2;
   size_t inbox_bound = 8;
   int64_t corrupt_episode_of_first_actor = 0;  // FaultPlan::corrupt_episode, 0 = none
@@ -81,6 +82,7 @@ ActorStats run_actor(const RunPlan& plan, InProcessNetwork& network, int rank, c
   ActorLoopOptions options;
   options.learner_ranks = {kLearnerRank};
   options.credit_steps = plan.credit_steps;
+  options.collect = plan.collect;
   options.seed = 5;
   if (rank == 1) options.faults.corrupt_episode = plan.corrupt_episode_of_first_actor;
   ActorLoop loop(options, transport, std::move(model), env, codec, quiet_logger(rank, "actor"));
@@ -247,6 +249,27 @@ TEST(InProcessLoops, CreditReturnedWhenTrainedMakesActorsActOnTheNewestWeights) 
   EXPECT_LT(trained.learner.lag_mean, 0.3);
   EXPECT_EQ(trained.learner.end, RunEnd::kFinished);
   expect_every_episode_accounted_for(trained);
+}
+
+// Batches (TorchRL's collector): each actor acts exactly its credit, 120 steps, on the newest
+// weights, cuts what is open into fragments and ships it all; with the credit returned after
+// each update, every update trains on exactly one batch of 240 steps, each step acted by the
+// weights being trained (lag 0), and nothing is lost.
+TEST(InProcessLoops, BatchesReturnedWhenTrainedTrainEveryStepOnTheWeightsThatActedIt) {
+  RunPlan plan;
+  plan.collect = Collection::kBatches;
+  plan.credit_return = CreditReturn::kWhenTrained;
+  plan.credit_steps = 120;
+  plan.steps_per_update = 240;
+  const RunOutcome run = run_in_process(plan);
+  EXPECT_EQ(run.learner.end, RunEnd::kFinished);
+  EXPECT_GE(run.learner.updates, 5);
+  EXPECT_EQ(run.learner.env_steps, run.learner.updates * plan.steps_per_update);
+  EXPECT_EQ(run.learner.lag_max, 0);
+  int64_t fragments = 0;
+  for (const ActorStats& actor : run.actors) fragments += actor.fragments_continuing;
+  EXPECT_GT(fragments, 0) << "no batch ended inside an episode";
+  expect_every_episode_accounted_for(run);
 }
 
 // Weights reach the actors every 3rd update and episodes may lag by 2 versions at most:
