@@ -21,6 +21,8 @@ Breakout's target is ten times a random policy's mean return (0.38 over 1000 epi
     python bench/learning_runs.py --only cartpole_vtrace --seeds 1 2 3 4 5
     python bench/learning_runs.py --only cartpole_ppo --ranks 2 --seeds 1 2 3 4 5 6 \
         --set actor.credit_steps=4096 --set learner.recompute_advantages=true
+    python bench/learning_runs.py --only cartpole_ppo --ranks 2 --seeds 1 2 3 4 5 6 --target 100 \
+        --set actor.credit_steps=4096 --set run.max_updates=25      # env steps to a return of 100
 """
 import argparse
 import hashlib
@@ -91,8 +93,9 @@ def run_folder(name, ranks=3, extra=()):
     return folder
 
 
-def run(kvrl, name, seed, steps, keep_dir, ranks=3, extra=()):
-    config, overrides, target, default_steps = RUNS[name]
+def run(kvrl, name, seed, steps, keep_dir, ranks=3, extra=(), target=None):
+    config, overrides, default_target, default_steps = RUNS[name]
+    target = default_target if target is None else target
     overrides = [*overrides, *extra]
     steps = steps or default_steps
     run_dir = Path(keep_dir) / run_folder(name, ranks, extra) / f"seed{seed}"
@@ -123,6 +126,7 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="*", default=[1])
     parser.add_argument("--steps", type=int, help="env steps of every run (default: each run's own)")
     parser.add_argument("--ranks", type=int, default=3, help="MPI ranks: 1 learner and the rest actors")
+    parser.add_argument("--target", type=float, help="the return to report env steps to (default: each run's own)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every run (repeatable)")
     parser.add_argument("--keep-runs", help="keep the run directories here (default: a temporary folder)")
@@ -142,7 +146,7 @@ def main():
             for name in names:
                 run_dir = Path(args.from_runs) / run_folder(name, args.ranks, args.set) / f"seed{seed}"
                 if (run_dir / "metrics.jsonl").exists():
-                    rows.append(summarize(run_dir, name, seed, RUNS[name][2]))
+                    rows.append(summarize(run_dir, name, seed, RUNS[name][2] if args.target is None else args.target))
                     rows[-1].update({"config": RUNS[name][0], "overrides": RUNS[name][1]})
                     show(rows[-1])
         if args.out:
@@ -153,7 +157,7 @@ def main():
         keep = args.keep_runs or scratch
         for seed in args.seeds:
             for name in names:
-                rows.append(run(args.kvrl, name, seed, args.steps, keep, args.ranks, args.set))
+                rows.append(run(args.kvrl, name, seed, args.steps, keep, args.ranks, args.set, args.target))
                 show(rows[-1])
                 if args.out:
                     Path(args.out).write_text(json.dumps({"runs": rows}, indent=1) + "\n")

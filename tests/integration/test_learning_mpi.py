@@ -43,3 +43,24 @@ def test_cartpole_with_a_sliding_window_of_32_reaches_475_on_500_step_episodes(t
     reached = [m["env_steps"] for m in metrics if m["episode/return_mean"] >= 475]
     assert reached and reached[0] <= 500000, [m["episode/return_mean"] for m in metrics][-20:]
     assert learner["mean_return"] >= 450, learner
+
+
+def test_cartpole_with_torchrls_synchronous_batches_trains_each_step_on_the_weights_that_acted_it(tmp_path):
+    """actor.collect=batches with learner.credit_return=when_trained and 2048 steps of credit
+    per actor (two actors, 4096 steps per update): the actors act exactly one batch on the
+    newest weights, cut what is open, and wait for the next weights, as TorchRL's collector.
+    Every update trains on exactly 4096 steps, none acted by older weights (policy lag 0),
+    and CartPole learns (mean return >= 400 within 250k env steps; seen: docs/training.md)."""
+    result = subprocess.run(
+        ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", "3", KVRL, "train",
+         os.path.join(CONFIGS, "cartpole_ppo.yaml"), f"run.dir={tmp_path}", "run.total_env_steps=250000",
+         "run.seed=1", "actor.collect=batches", "learner.credit_return=when_trained", "actor.credit_steps=2048",
+         "learner.recompute_advantages=true"],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ, OMPI_MCA_btl="self,vader"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    learner = json.load(open(tmp_path / "rank0.json"))
+    metrics = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    steps = [m["env_steps"] for m in metrics]
+    assert all(later - earlier == 4096 for earlier, later in zip([0] + steps, steps)), steps[:10]
+    assert max(m["policy_lag/max"] for m in metrics) == 0, [m["policy_lag/max"] for m in metrics]
+    assert learner["mean_return"] >= 400, learner
