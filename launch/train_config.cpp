@@ -495,9 +495,9 @@ std::vector<Field> checkpoint_and_actor_fields() {
           "actor.collect", [](auto& c) -> auto& { return c.collect; }, {"episodes", "batches"},
           "episodes: ship each episode (or fragment) as it ends, charging the credit then; batches: charge "
           "steps as they are acted and, once the credit is spent, cut every open episode into a fragment and "
-          "ship everything, as TorchRL's collector returns [streams, T] batches (with learner.credit_return "
-          "= "
-          "when_trained and one batch of credit, every step is trained on by the weights that acted it)")};
+          "ship everything, as TorchRL's collector returns [streams, T] batches (with "
+          "learner.credit_return = when_trained and one batch of credit, every step is trained on by the "
+          "weights that acted it)")};
 }
 
 const std::vector<Field>& schema() {

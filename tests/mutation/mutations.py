@@ -264,7 +264,7 @@ MUTATIONS = [
     Mutation(
         id="actor-never-charges-credit",
         file="actor/actor_loop.cpp",
-        find="    credits_[index] -= outbox_.back().length();\n",
+        find="  *best -= length;\n",
         replace="",
         bug="actors do not charge sent episodes against their credit: no flow control",
         catchers=("loops_test",),
