@@ -50,7 +50,8 @@ def test_cartpole_with_torchrls_synchronous_batches_trains_each_step_on_the_weig
     per actor (two actors, 4096 steps per update): the actors act exactly one batch on the
     newest weights, cut what is open, and wait for the next weights, as TorchRL's collector.
     Every update trains on exactly 4096 steps, none acted by older weights (policy lag 0),
-    and CartPole learns (mean return >= 400 within 250k env steps; seen: docs/training.md)."""
+    and CartPole learns (mean return >= 400 within 250k env steps; seen: 486 at the end, 400
+    first at 160k, seed 1, 2026-12-07)."""
     result = subprocess.run(
         ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", "3", KVRL, "train",
          os.path.join(CONFIGS, "cartpole_ppo.yaml"), f"run.dir={tmp_path}", "run.total_env_steps=250000",
