@@ -147,6 +147,28 @@ def run_torchrl(actors, steps, seed):
             "mean_return": sum(recent_returns) / max(1, len(recent_returns)), "curve": curve}
 
 
+LEVELS = (30, 50, 75, 100, 150, 200, 250, 300, 350, 400)
+
+
+def print_levels(rows):
+    """Per side, the mean over repeats of the env steps at which the mean return first
+    reached each level (over the repeats that reached it): where in training a gap opens."""
+    curves = {}
+    for row in rows:
+        curves.setdefault(row["kvrl_side"], []).append(row["kvrl_curve"])
+        if row["kvrl_side"] == "kvrl":
+            curves.setdefault("torchrl", []).append(row["torchrl_curve"])
+    print("\nMean env steps to each mean return, over the repeats that reached it")
+    print(f"{'side':<18}" + "".join(f"{level:>8}" for level in LEVELS))
+    for side, runs in curves.items():
+        cells = []
+        for level in LEVELS:
+            reached = [next(point[1] for point in curve if point[2] >= level)
+                       for curve in runs if any(point[2] >= level for point in curve)]
+            cells.append(f"{sum(reached) / len(reached) / 1000:.0f}k" if reached else "-")
+        print(f"{side:<18}" + "".join(f"{cell:>8}" for cell in cells))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kvrl", default=str(ROOT / "build" / "launch" / "kvrl"))
@@ -163,7 +185,12 @@ def main():
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "training_bench.json"))
     parser.add_argument("--torchrl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-actors", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--levels-from", metavar="JSON",
+                        help="run nothing: print the env steps to each return level from an earlier --out file")
     args = parser.parse_args()
+    if args.levels_from:
+        print_levels(json.loads(Path(args.levels_from).read_text())["rows"])
+        return
     variants = {"kvrl": []}
     for text in args.kvrl_variant:
         name, _, overrides = text.partition(":")
@@ -237,6 +264,7 @@ def main():
                                           "steps": args.steps, "target_return": target,
                                           "kvrl_variants": variants, "rows": rows}, indent=2))
     print(f"wrote {args.out}")
+    print_levels(rows)
 
 
 if __name__ == "__main__":
