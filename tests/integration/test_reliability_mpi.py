@@ -15,7 +15,6 @@ KVRL = os.environ.get("KVRL_BIN")
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 WRAPPER = os.path.join(ROOT, "launch", "kvrl-mpirun")
 PPO = os.path.join(ROOT, "configs", "cartpole_ppo.yaml")
-VTRACE = os.path.join(ROOT, "configs", "cartpole_vtrace.yaml")
 SMALL = ["learner.steps_per_update=512", "actor.credit_steps=512", "run.total_env_steps=10000000"]
 
 
@@ -43,8 +42,12 @@ def checkpoints(run_dir):
 
 def test_sigterm_stops_every_rank_with_a_checkpoint_and_resume_continues(tmp_path):
     run_dir = str(tmp_path / "run")
-    process = subprocess.Popen([WRAPPER, "-np", "3", KVRL, "train", VTRACE, f"run.dir={run_dir}",
-                                "run.total_env_steps=10000000", "checkpoint.interval_updates=10"],
+    # PPO, whose clipped updates keep a learned policy through the 12 resumed updates below at
+    # the near-constant rate of a 10M budget. V-trace at its constant 2e-3 once collapsed there
+    # (a mean of 24.9 after resume from a policy at 128.8, fresh-clone CI of ed5c106), which
+    # says nothing about resuming. PPO reaches 80 at update 8-9, hence checkpoints every 3.
+    process = subprocess.Popen([WRAPPER, "-np", "3", KVRL, "train", PPO, f"run.dir={run_dir}",
+                                "run.total_env_steps=10000000", "checkpoint.interval_updates=3"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 150
     # Train until the policy has learned something (a fresh one scores ~22), then ask it to stop.
