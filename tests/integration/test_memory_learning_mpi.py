@@ -4,7 +4,7 @@ and the same run with model.temporal_context=false, where each step sees only it
 observation (an MLP-equivalent policy), stays at the memoryless ceiling.
 
 | config                         | budget | with context (seen)  | without context (seen) |
-| tmaze_ppo.yaml (corridor 10)   | 60k    | >= 0.6 (0.78-0.90)   | <= 0.3 (-0.14-0.14)    |
+| tmaze_ppo.yaml (corridor 10)   | 60k    | >= 0.6 (0.96-1.00)   | <= 0.3 (-0.14-0.18)    |
 | repeat_previous_ppo.yaml (k=4) | 500k   | >= 0.6 (0.70-0.88)   | <= -0.3 (-0.51)        |
 | stateless_cartpole_ppo.yaml    | 600k   | >= 0.65 (0.77-0.82)  | <= 0.4 (0.24)          |
 | repeat_previous_sliding_ppo.yaml (4 decks, W=32) | 500k | >= 0.75 (0.92-1.00) | <= -0.3 (-0.50) |
