@@ -2,9 +2,10 @@
 // actions, precomputed, stepped through `--envs` environments with automatic resets; a
 // gym:<id> steps through the Gymnasium bridge. bench/env_throughput.py runs it beside
 // Gymnasium's own vector loop on the same task and prints the table; this program prints
-// one JSON line.
+// one JSON line. `--threads N` steps the environments on N threads (env.step_threads, in
+// lockstep), 0 in the caller's thread.
 //
-//   kvrl_bench_envs --env NAME [--envs 16] [--steps 20000] [--seed 0]
+//   kvrl_bench_envs --env NAME [--envs 16] [--steps 20000] [--seed 0] [--threads 0]
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -22,6 +23,7 @@ struct BenchConfig {
   int64_t envs = 16;
   int64_t steps = 20000;  // vector steps x envs, in env steps
   uint64_t seed = 0;
+  int64_t threads = 0;
 };
 
 BenchConfig parse(int argc, char** argv) {
@@ -36,12 +38,17 @@ BenchConfig parse(int argc, char** argv) {
       config.steps = std::stoll(value);
     else if (key == "--seed")
       config.seed = std::stoull(value);
+    else if (key == "--threads")
+      config.threads = std::stoll(value);
     else
-      throw std::invalid_argument("unknown option " + key + " (allowed: --env, --envs, --steps, --seed)");
+      throw std::invalid_argument("unknown option " + key +
+                                  " (allowed: --env, --envs, --steps, --seed, --threads)");
   }
   if (config.env.empty()) throw std::invalid_argument("--env NAME is required");
   if (config.envs < 1 || config.steps < config.envs)
     throw std::invalid_argument("need --envs >= 1, --steps >= --envs");
+  if (config.threads < 0)
+    throw std::invalid_argument("--threads " + std::to_string(config.threads) + ": need >= 0");
   return config;
 }
 
@@ -70,6 +77,7 @@ int main(int argc, char** argv) {
     const BenchConfig config = parse(argc, argv);
     kvrl::EnvironmentRequest request;
     request.name = config.env;
+    request.stepping.threads = config.threads;
     const std::unique_ptr<kvrl::VectorEnv> vector = kvrl::make_vector_env(request, config.envs, config.seed);
     kvrl::VectorEnv& env = *vector;
     const int64_t vector_steps = config.steps / config.envs;
@@ -80,8 +88,9 @@ int main(int argc, char** argv) {
     for (int64_t t = 0; t < vector_steps; ++t) env.step({actions.data() + t * per_step, per_step});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf(
-        "{\"env\": \"%s\", \"envs\": %lld, \"env_steps\": %lld, \"seconds\": %.6f, \"steps_per_s\": %.1f}\n",
-        config.env.c_str(), static_cast<long long>(config.envs),
+        "{\"env\": \"%s\", \"envs\": %lld, \"threads\": %lld, \"env_steps\": %lld, \"seconds\": %.6f, "
+        "\"steps_per_s\": %.1f}\n",
+        config.env.c_str(), static_cast<long long>(config.envs), static_cast<long long>(config.threads),
         static_cast<long long>(vector_steps) * config.envs, seconds,
         static_cast<double>(vector_steps * config.envs) / seconds);
     return 0;
