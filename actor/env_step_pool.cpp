@@ -33,7 +33,9 @@ std::vector<int64_t> EnvStepPool::wait(int64_t count) {
   std::vector<int64_t> done;
   std::unique_lock lock(mutex_);
   const auto needed = static_cast<size_t>(std::min(count, in_flight_));
+  waiting_for_ = needed;
   step_finished_.wait(lock, [&] { return failure_ || finished_.size() >= needed; });
+  waiting_for_ = SIZE_MAX;
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
   done.swap(finished_);
   in_flight_ -= static_cast<int64_t>(done.size());
@@ -57,7 +59,7 @@ void EnvStepPool::work() {
     lock.lock();
     if (failure && !failure_) failure_ = failure;
     finished_.push_back(index);
-    step_finished_.notify_one();
+    if (failure_ || finished_.size() >= waiting_for_) step_finished_.notify_one();
   }
 }
 

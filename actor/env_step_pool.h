@@ -7,6 +7,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -42,6 +43,10 @@ class EnvStepPool {
   std::vector<int64_t> finished_;
   std::exception_ptr failure_;
   int64_t in_flight_ = 0;  // submitted and not yet returned by wait(); the caller's thread only
+  // How many finished steps the waiting caller needs (SIZE_MAX: nobody waits). A step wakes
+  // the caller only once that many have finished: in lockstep it then wakes once per vector
+  // step, not once per environment, and leaves the cores to the steps still running.
+  size_t waiting_for_ = SIZE_MAX;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
