@@ -1,9 +1,9 @@
 """CartPole-v1 learns under mpiexec, 1 learner and 2 actors, with the shipped configs and
 fixed seeds: mean return of the last 100 episodes >= 450 within 500k env steps for PPO
 (configs/cartpole_ppo.yaml, about 2.5 min here) and for V-trace (configs/cartpole_vtrace.yaml,
-128-step fragments, credit returned after training, about 1 min). A uniformly random policy averages about 22. Runs are
-not bit-reproducible (batch composition depends on rank timing); the margins measured are
-in docs/training.md."""
+128-step fragments, credit returned after training, about 1 min). A uniformly random
+policy averages about 22. Runs are not bit-reproducible (batch composition depends on rank
+timing); the margins measured are in docs/training.md."""
 import json
 import os
 import subprocess
