@@ -50,8 +50,9 @@ def test_cartpole_with_torchrls_synchronous_batches_trains_each_step_on_the_weig
     per actor (two actors, 4096 steps per update): the actors act exactly one batch on the
     newest weights, cut what is open, and wait for the next weights, as TorchRL's collector.
     Every update trains on exactly 4096 steps, none acted by older weights (policy lag 0),
-    and CartPole learns (mean return >= 400 within 250k env steps; seen: 486 at the end, 400
-    first at 160k, seed 1, 2026-12-07)."""
+    and CartPole learns (mean return >= 400 within 250k env steps; seen with seed 1: 413-489
+    in 9 runs here, 400 first at 131k-213k, but 322 once in a fresh-clone CI run: the margin
+    is thin, docs/testing.md)."""
     result = subprocess.run(
         ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", "3", KVRL, "train",
          os.path.join(CONFIGS, "cartpole_ppo.yaml"), f"run.dir={tmp_path}", "run.total_env_steps=250000",
