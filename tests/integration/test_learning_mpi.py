@@ -2,9 +2,9 @@
 fixed seeds: mean return of the last 100 episodes >= 450 within 500k env steps for PPO
 (configs/cartpole_ppo.yaml, about 2.5 min here) and for V-trace (configs/cartpole_vtrace.yaml,
 128-step fragments, credit returned after training, contexts restarted at each weight
-update, about 20 s). A uniformly random
-policy averages about 22. Runs are not bit-reproducible (batch composition depends on rank
-timing); the margins measured are in docs/training.md."""
+update, about 20 s). A uniformly random policy averages about 22. Runs are not
+bit-reproducible (batch composition depends on rank timing); the margins measured are in
+docs/training.md."""
 import json
 import os
 import subprocess
