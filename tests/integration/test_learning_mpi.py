@@ -51,11 +51,10 @@ def test_cartpole_with_torchrls_synchronous_batches_trains_each_step_on_the_weig
     per actor (two actors, 4096 steps per update): the actors act exactly one batch on the
     newest weights, cut what is open, and wait for the next weights, as TorchRL's collector.
     Every update trains on exactly 4096 steps, none acted by older weights (policy lag 0),
-    and CartPole learns: the mean return of the last 100 episodes first reaches 400 within
-    250k env steps, the measure issue #23 compares with TorchRL (steps to 400). Seen with
-    seed 1: 400 first at 126k-213k in 14 runs at this budget, 114k-200k in 4 runs at 500k.
-    The mean at the end of the budget is not asserted: it ranged 322-489 over 15 runs at
-    250k, so no end-of-run threshold holds with a margin (docs/testing.md)."""
+    and CartPole learns: the mean return of the last 100 episodes is >= 400 at the end of
+    250k env steps. Seen with seed 1: 413-489 in 14 runs, but 322 once in a fresh-clone CI
+    run (400 first reached at 126k-213k): the margin is thin and the case fails now and
+    then; its claim is kept, the flake is open (docs/testing.md)."""
     result = subprocess.run(
         ["mpiexec", "--oversubscribe", "--allow-run-as-root", "-np", "3", KVRL, "train",
          os.path.join(CONFIGS, "cartpole_ppo.yaml"), f"run.dir={tmp_path}", "run.total_env_steps=250000",
@@ -67,5 +66,5 @@ def test_cartpole_with_torchrls_synchronous_batches_trains_each_step_on_the_weig
     steps = [m["env_steps"] for m in metrics]
     assert all(later - earlier == 4096 for earlier, later in zip([0] + steps, steps)), steps[:10]
     assert max(m["policy_lag/max"] for m in metrics) == 0, [m["policy_lag/max"] for m in metrics]
-    reached = [m["env_steps"] for m in metrics if m["episode/return_mean"] >= 400]
-    assert reached and reached[0] <= 250000, [m["episode/return_mean"] for m in metrics][-20:]
+    learner = json.load(open(tmp_path / "rank0.json"))
+    assert learner["mean_return"] >= 400, learner
