@@ -185,6 +185,12 @@ std::vector<Episode> LearnerLoop::take_share(int64_t share) {
     batch.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  // The actors' messages interleave as the machine's timing has it; ordered by actor and
+  // episode, a batch packs the same windows whatever the interleaving, so that a run whose
+  // batches hold the same episodes (actor.collect=batches) is reproducible from its seed.
+  std::stable_sort(batch.begin(), batch.end(), [](const Episode& a, const Episode& b) {
+    return a.actor_rank != b.actor_rank ? a.actor_rank < b.actor_rank : a.episode_id < b.episode_id;
+  });
   return batch;
 }
 

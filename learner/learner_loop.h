@@ -117,7 +117,8 @@ class LearnerLoop {
   bool too_stale(const Episode& episode) const;
   // Drops (counted as policy_lag, credit refunded) queued episodes that became too stale.
   void drop_stale_queued_episodes();
-  // Takes queued episodes, oldest first, until they hold `share` steps.
+  // Takes queued episodes, oldest first, until they hold `share` steps; returns them ordered
+  // by actor and episode.
   std::vector<Episode> take_share(int64_t share);
   bool all_actors_done() const;
   TrainingProgress progress(double wall_seconds) const;

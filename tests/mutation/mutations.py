@@ -262,6 +262,14 @@ MUTATIONS = [
         catchers=("loops_test",),
     ),
     Mutation(
+        id="batch-packed-in-arrival-order",
+        file="learner/learner_loop.cpp",
+        find="  std::stable_sort(batch.begin(), batch.end(), [](const Episode& a, const Episode& b) {\n",
+        replace="  if (batch.empty()) std::stable_sort(batch.begin(), batch.end(), [](const Episode& a, const Episode& b) {\n",
+        bug="a batch is packed in the order the actors' messages arrived: synchronous runs are not reproducible",
+        catchers=("learning_cartpole_mpi",),
+    ),
+    Mutation(
         id="actor-never-charges-credit",
         file="actor/actor_loop.cpp",
         find="  *best -= length;\n",
