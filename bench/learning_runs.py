@@ -43,6 +43,8 @@ RUNS = {
     "hopper": (MUJOCO, ["env.name=Hopper-v5"], 2000, 1_000_000),
     "halfcheetah": (MUJOCO, ["env.name=HalfCheetah-v5"], 1500, 1_000_000),
     "walker2d": (MUJOCO, ["env.name=Walker2d-v5"], 2500, 1_000_000),
+    # Fully observed: each step sees only its own observation (docs/training.md, Walker2d).
+    "walker2d/no_context": (MUJOCO, ["env.name=Walker2d-v5", *NO_CONTEXT], 2500, 1_000_000),
     # Partially observed: joint positions only, so velocities come from the history, and the
     # values must come from the trunk too (the MLP critic sees one observation).
     "hopper_positions": (MUJOCO, ["env.name=Hopper-v5", "env.observe=positions", "model.critic=trunk"], 1000,
