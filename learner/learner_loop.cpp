@@ -188,6 +188,7 @@ std::vector<Episode> LearnerLoop::take_share(int64_t share) {
   // The actors' messages interleave as the machine's timing has it; ordered by actor and
   // episode, a batch packs the same windows whatever the interleaving, so that a run whose
   // batches hold the same episodes (actor.collect=batches) is reproducible from its seed.
+  // Fragments of one episode share its id and keep the order their actor sent them in.
   std::stable_sort(batch.begin(), batch.end(), [](const Episode& a, const Episode& b) {
     return a.actor_rank != b.actor_rank ? a.actor_rank < b.actor_rank : a.episode_id < b.episode_id;
   });
