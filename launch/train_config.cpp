@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -200,11 +201,13 @@ std::vector<Field> env_fields() {
           "or velocities only, the partially observed variants"),
       string_field(
           "env.gym_setup", [](auto& c) -> auto& { return c.env_gym_setup; }, {},
-          "gym:<id>: Python callables as module:attribute, comma-separated, called in order before the id "
+          "gym:<id>: Python callables as module:attribute, a YAML list or comma-separated, called in order "
+          "before the id "
           "is made while Gymnasium does not know it (e.g. minatar.gym:register_envs)"),
       string_field(
           "env.gym_wrappers", [](auto& c) -> auto& { return c.env_gym_wrappers; }, {},
-          "gym:<id>: Gymnasium wrappers as module:attribute, comma-separated, applied to each environment "
+          "gym:<id>: Gymnasium wrappers as module:attribute, a YAML list or comma-separated, applied to each "
+          "environment "
           "in order (e.g. minigrid.wrappers:ImgObsWrapper)"),
       string_field(
           "env.stepping", [](auto& c) -> auto& { return c.env_stepping; }, {"lockstep", "async"},
@@ -303,7 +306,8 @@ std::vector<Field> encoder_fields() {
           "cnn_features) first"),
       string_field(
           "model.cnn_layers", [](auto& c) -> auto& { return c.cnn_layers; }, {},
-          "encoder = cnn: convolutions with ReLU as CHANNELSxKERNELsSTRIDE, comma-separated (default: the "
+          "encoder = cnn: convolutions with ReLU as CHANNELSxKERNELsSTRIDE, a YAML list or comma-separated "
+          "(default: the "
           "Nature CNN's; small images need smaller ones, e.g. 16x3s1 for MinAtar's 10x10)"),
       int_field(
           "model.cnn_features", [](auto& c) -> auto& { return c.cnn_features; }, 1, 1 << 16,
@@ -583,6 +587,35 @@ void apply(TrainConfig& config, const std::string& key, const std::string& text)
 constexpr int kMaxConfigDepth = 16;
 constexpr size_t kMaxConfigNodes = 10000;
 
+// The keys whose value is a list. YAML may write one as a sequence of values or as one
+// comma-separated string; the key's own check sees the comma-separated string either way.
+constexpr std::array<const char*, 3> kListKeys = {"env.gym_setup", "env.gym_wrappers", "model.cnn_layers"};
+
+bool is_list_key(const std::string& key) {
+  return std::any_of(kListKeys.begin(), kListKeys.end(),
+                     [&](const char* list_key) { return key == list_key; });
+}
+
+std::string list_keys_text() {
+  std::string text;
+  for (const char* key : kListKeys) text += (text.empty() ? "" : ", ") + std::string(key);
+  return text;
+}
+
+std::string comma_joined(const YAML::Node& sequence, const std::string& key) {
+  std::string joined;
+  for (const auto& item : sequence) {
+    if (!item.IsScalar() || item.Scalar().empty() || item.Scalar().find(',') != std::string::npos) {
+      throw InvalidArgumentError(
+          "config key '" + key +
+          "': each entry of its list must be one non-empty value without commas, "
+          "e.g. [minigrid.wrappers:OneHotPartialObsWrapper, minigrid.wrappers:ImgObsWrapper]");
+    }
+    joined += (joined.empty() ? "" : ",") + item.Scalar();
+  }
+  return joined;
+}
+
 void flatten(const YAML::Node& node, const std::string& prefix, int depth, size_t& nodes,
              std::vector<std::pair<std::string, std::string>>& out) {
   if (++nodes > kMaxConfigNodes) {
@@ -603,8 +636,12 @@ void flatten(const YAML::Node& node, const std::string& prefix, int depth, size_
     out.emplace_back(prefix, node.Scalar());
   } else if (node.IsNull()) {
     out.emplace_back(prefix, "");
+  } else if (node.IsSequence() && is_list_key(prefix)) {
+    out.emplace_back(prefix, comma_joined(node, prefix));
   } else {
-    throw InvalidArgumentError("config key '" + prefix + "' must be a single value, not a list");
+    throw InvalidArgumentError(
+        "config key '" + prefix +
+        "' must be a single value, not a list (the keys that take a list: " + list_keys_text() + ")");
   }
 }
 

@@ -127,6 +127,25 @@ TEST(TrainConfig, EncoderKeysAreCheckedAtParse) {
       << critic;
 }
 
+// The keys that take a list read a YAML sequence as they read a comma-separated string;
+// any other key given a sequence is refused by name.
+TEST(TrainConfig, ListKeysTakeAYamlSequence) {
+  const TrainConfig listed =
+      TrainConfig::parse("model:\n  encoder: cnn\n  cnn_layers: [16x2s1, 32x2s1]\n", {});
+  const TrainConfig written = TrainConfig::parse("model:\n  encoder: cnn\n  cnn_layers: 16x2s1,32x2s1\n", {});
+  EXPECT_EQ(listed.cnn_layers, written.cnn_layers);
+  EXPECT_EQ(listed.cnn_layers, "16x2s1,32x2s1");
+  const std::string scalar_key = refusal("learner:\n  learning_rate: [0.001, 0.002]\n");
+  EXPECT_NE(scalar_key.find("'learner.learning_rate' must be a single value, not a list"), std::string::npos)
+      << scalar_key;
+  EXPECT_NE(scalar_key.find("env.gym_wrappers"), std::string::npos) << scalar_key;
+  const std::string nested = refusal("model:\n  cnn_layers: [16x2s1, [32x2s1]]\n");
+  EXPECT_NE(nested.find("'model.cnn_layers': each entry of its list must be one non-empty value"),
+            std::string::npos)
+      << nested;
+  EXPECT_NE(refusal("model:\n  cnn_layers: ['16x2s1,32x2s1']\n").find("without commas"), std::string::npos);
+}
+
 TEST(TrainConfig, CriticKeys) {
   EXPECT_EQ(TrainConfig::parse("", {}).critic, "trunk");
   const TrainConfig mlp = TrainConfig::parse("", {"model.critic=mlp", "model.critic_hidden_size=128"});
