@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "common/support/errors.h"
@@ -144,6 +145,22 @@ TEST(TrainConfig, ListKeysTakeAYamlSequence) {
             std::string::npos)
       << nested;
   EXPECT_NE(refusal("model:\n  cnn_layers: ['16x2s1,32x2s1']\n").find("without commas"), std::string::npos);
+}
+
+// Every config the project ships loads: a key renamed or a bound tightened in the code
+// fails here rather than in a user's first run.
+TEST(TrainConfig, EveryShippedConfigLoads) {
+  int configs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(KVRL_CONFIGS_DIR)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++configs;
+    try {
+      TrainConfig::load(entry.path().string(), {});
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << entry.path() << ": " << error.what();
+    }
+  }
+  EXPECT_GE(configs, 10) << "configs found in " << KVRL_CONFIGS_DIR;
 }
 
 TEST(TrainConfig, CriticKeys) {
