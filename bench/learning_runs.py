@@ -54,8 +54,8 @@ RUNS = {
     "breakout": ("minatar_breakout_ppo.yaml", [], 3.8, 2_000_000),
     "breakout/no_context": ("minatar_breakout_ppo.yaml", NO_CONTEXT, 3.8, 2_000_000),
     # Success pays 1 - 0.9 * steps / 245; the two doors make a memoryless policy a coin flip.
-    "memory_s7": ("minigrid_memory_ppo.yaml", [], 0.8, 2_000_000),
-    "memory_s7/no_context": ("minigrid_memory_ppo.yaml", NO_CONTEXT, 0.8, 2_000_000),
+    "memory_s7": ("minigrid_memory_ppo.yaml", [], 0.8, 4_000_000),
+    "memory_s7/no_context": ("minigrid_memory_ppo.yaml", NO_CONTEXT, 0.8, 4_000_000),
     # Issue #23: PPO's env steps to 400 (TorchRL's, bench/training_bench.py), and V-trace's
     # mean return at 500k against 475.
     "cartpole_ppo": ("cartpole_ppo.yaml", [], 400, 250_000),
