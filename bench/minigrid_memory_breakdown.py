@@ -3,8 +3,11 @@
 In MiniGrid-MemoryS7-v0 the agent starts in the room facing the hallway. When it starts in
 the room's first column (about a quarter of the resets) its first view holds the object to
 remember and both objects at the hallway's end; elsewhere it holds only the two at the end,
-and the policy must turn to see the first. A policy that remembers succeeds on nearly every
-episode of the first kind; a memoryless one picks an end at random on both kinds.
+and the policy must turn to see the first. A policy that finds the object succeeds on
+nearly every episode of both kinds; one that picks an end at random, on half of each. At
+the 7x7 view a memoryless policy can find it too, by looking back from the hallway's end,
+where the start room's object and both others are in view at once: the trace's actions
+show which way a policy found it (docs/training.md).
 
     kvrl eval RUN/checkpoints/checkpoint-N.pt --episodes 400 --trace /tmp/trace.pt
     python bench/minigrid_memory_breakdown.py /tmp/trace.pt
