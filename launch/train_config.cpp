@@ -202,13 +202,11 @@ std::vector<Field> env_fields() {
       string_field(
           "env.gym_setup", [](auto& c) -> auto& { return c.env_gym_setup; }, {},
           "gym:<id>: Python callables as module:attribute, a YAML list or comma-separated, called in order "
-          "before the id "
-          "is made while Gymnasium does not know it (e.g. minatar.gym:register_envs)"),
+          "before the id is made while Gymnasium does not know it (e.g. minatar.gym:register_envs)"),
       string_field(
           "env.gym_wrappers", [](auto& c) -> auto& { return c.env_gym_wrappers; }, {},
           "gym:<id>: Gymnasium wrappers as module:attribute, a YAML list or comma-separated, applied to each "
-          "environment "
-          "in order (e.g. minigrid.wrappers:ImgObsWrapper)"),
+          "environment in order (e.g. minigrid.wrappers:ImgObsWrapper)"),
       string_field(
           "env.stepping", [](auto& c) -> auto& { return c.env_stepping; }, {"lockstep", "async"},
           "lockstep: the policy steps once every environment has stepped; async: it steps whichever "
@@ -307,8 +305,7 @@ std::vector<Field> encoder_fields() {
       string_field(
           "model.cnn_layers", [](auto& c) -> auto& { return c.cnn_layers; }, {},
           "encoder = cnn: convolutions with ReLU as CHANNELSxKERNELsSTRIDE, a YAML list or comma-separated "
-          "(default: the "
-          "Nature CNN's; small images need smaller ones, e.g. 16x3s1 for MinAtar's 10x10)"),
+          "(default: the Nature CNN's; small images need smaller ones, e.g. 16x3s1 for MinAtar's 10x10)"),
       int_field(
           "model.cnn_features", [](auto& c) -> auto& { return c.cnn_features; }, 1, 1 << 16,
           "encoder = cnn: the width of the linear layer after the convolutions, the transformer's input"),
